@@ -1,0 +1,1 @@
+"""Gaudi cookbook: recipes as data, rendered into checked vLLM-on-Gaudi container images."""

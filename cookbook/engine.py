@@ -1,0 +1,108 @@
+"""The Docker engine: which client to call, whether a daemon answers, and the calls themselves.
+
+Facts that shaped this: Debian's docker.io (Engine 20.10) is the engine here. Its own client
+(/usr/bin/docker, 20.10) builds with BuildKit when DOCKER_BUILDKIT=1. A newer client without the
+buildx plugin may come first on PATH; it can only use the legacy builder. The rendered Dockerfiles
+need no BuildKit-only syntax, so either works; BuildKit is preferred for its cache and progress.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from .errors import EngineError
+from .paths import ROOT
+
+START_HINT = f"start one with: {ROOT / 'scripts' / 'docker-engine.sh'}  (installs docker.io if missing)"
+
+
+@dataclass(frozen=True)
+class Client:
+    path: str
+    version: str
+    buildkit: bool
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "DOCKER_BUILDKIT": "1" if self.buildkit else "0"}
+
+
+def _version(path: str) -> str:
+    out = subprocess.run([path, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def _has_buildx(path: str) -> bool:
+    return subprocess.run([path, "buildx", "version"], capture_output=True).returncode == 0
+
+
+def builtin_buildkit(version: str) -> bool:
+    """Clients before 23.0 carry BuildKit themselves (DOCKER_BUILDKIT=1); later ones need buildx."""
+    m = re.match(r"(\d+)\.", version)
+    return bool(m) and int(m.group(1)) < 23
+
+
+@functools.cache
+def client() -> Client:
+    candidates = []
+    for path in (os.environ.get("COOKBOOK_DOCKER"), shutil.which("docker"), "/usr/bin/docker"):
+        if path and os.access(path, os.X_OK) and path not in candidates:
+            candidates.append(path)
+    if not candidates:
+        raise EngineError("no docker client found", hint=START_HINT)
+    found = []
+    for path in candidates:
+        version = _version(path)
+        kit = _has_buildx(path) or builtin_buildkit(version)
+        found.append(Client(path, version, kit))
+        if kit:
+            return found[-1]
+    return found[0]
+
+
+def docker(*args: str, check: bool = True, capture: bool = True, timeout: float | None = None,
+           ) -> subprocess.CompletedProcess:
+    c = client()
+    try:
+        out = subprocess.run([c.path, *args], capture_output=capture, text=True, env=c.env(), timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise EngineError(f"`docker {' '.join(args)}` did not answer within {timeout:.0f}s") from exc
+    if check and out.returncode != 0:
+        raise EngineError(f"`docker {' '.join(args[:3])}` failed: {(out.stderr or '').strip()[-600:]}")
+    return out
+
+
+def require_daemon() -> None:
+    out = docker("version", "--format", "{{.Server.Version}}", check=False, timeout=20)
+    if out.returncode != 0:
+        raise EngineError("no Docker daemon answers: " + (out.stderr.strip().splitlines() or ["?"])[-1],
+                          hint=START_HINT)
+
+
+def image_exists(ref: str) -> bool:
+    return docker("image", "inspect", ref, check=False).returncode == 0
+
+
+def inspect(ref: str) -> dict:
+    import json
+
+    out = docker("image", "inspect", ref, check=False)
+    if out.returncode != 0:
+        raise EngineError(f"no image {ref}")
+    return json.loads(out.stdout)[0]
+
+
+def sdk():
+    """The Python docker SDK, for containers and inspection (not for builds: it uses the legacy builder)."""
+    import docker as docker_sdk
+
+    try:
+        c = docker_sdk.from_env(timeout=120)
+        c.ping()
+    except Exception as exc:
+        raise EngineError(f"no Docker daemon answers the SDK: {exc}", hint=START_HINT) from None
+    return c

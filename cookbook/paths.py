@@ -1,0 +1,20 @@
+"""Where things are: the checkout, and the per-user cache the cookbook fills."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "recipes"
+FIXES = ROOT / "fixes"
+DOCKERFILES = ROOT / "dockerfiles"
+
+
+def cache_dir() -> Path:
+    """The cookbook's cache: upstream sources, the stand-in rootfs, check results."""
+    env = os.environ.get("COOKBOOK_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gaudi-cookbook"

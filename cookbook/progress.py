@@ -1,0 +1,22 @@
+"""Progress and messages for long work, on stderr so stdout stays for results and dry runs."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console
+from rich.markup import escape
+
+_console = Console(stderr=True, highlight=False)
+_start = time.monotonic()
+
+
+def say(message: str) -> None:
+    _console.print(f"[dim]{time.monotonic() - _start:6.1f}s[/dim] {escape(message)}", markup=True, soft_wrap=True)
+
+
+def line(text: str) -> None:
+    """A raw line of a child's output (build logs), unformatted."""
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    sys.stderr.flush()

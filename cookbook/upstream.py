@@ -1,0 +1,166 @@
+"""The upstream source cache: vllm-gaudi at the pinned commit and vLLM's Python files from PyPI.
+
+vllm-gaudi is not on PyPI, so its pinned commit is fetched with git, from GitHub by default or from a
+local mirror or path. vLLM comes from the PyPI wheel (`pip download --no-deps`), of which only the
+Python files and the dist-info are kept. Each entry is written to a temporary folder and renamed into
+place with a `.complete` marker, so an interrupted fetch leaves nothing that looks usable.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import UpstreamError
+from .paths import cache_dir
+from .progress import say
+
+GITHUB = "https://github.com/vllm-project/vllm-gaudi.git"
+MARKER = ".complete"
+
+
+@dataclass(frozen=True)
+class Pins:
+    vllm_gaudi_version: str  # the tag, e.g. v0.26.0
+    vllm_gaudi_commit: str
+    vllm_version: str  # the PyPI version, e.g. 0.26.0
+
+
+def root() -> Path:
+    return cache_dir() / "upstream"
+
+
+def vllm_gaudi_dir(commit: str) -> Path:
+    return root() / "vllm-gaudi" / commit
+
+
+def vllm_dir(version: str) -> Path:
+    return root() / "vllm" / version
+
+
+def fill_command(pins: Pins) -> str:
+    return "invoke upstream.fetch  (or: invoke upstream.fetch --from /path/to/a/vllm-gaudi/mirror)"
+
+
+def is_complete(path: Path) -> bool:
+    return (path / MARKER).is_file()
+
+
+def require(pins: Pins) -> tuple[Path, Path]:
+    """The two cache entries, or an error that names the command that fills them."""
+    gaudi, vllm = vllm_gaudi_dir(pins.vllm_gaudi_commit), vllm_dir(pins.vllm_version)
+    missing = [str(p) for p in (gaudi, vllm) if not is_complete(p)]
+    if missing:
+        raise UpstreamError(
+            "the upstream source cache is empty: missing " + ", ".join(missing),
+            hint=f"fill it with: {fill_command(pins)}",
+        )
+    return gaudi, vllm
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def fetch_vllm_gaudi(pins: Pins, source: str = GITHUB, dry_run: bool = False) -> Path:
+    dest = vllm_gaudi_dir(pins.vllm_gaudi_commit)
+    if is_complete(dest):
+        say(f"vllm-gaudi {pins.vllm_gaudi_commit[:9]}: cached at {dest}")
+        return dest
+    cmds = [
+        ["git", "init", "-q", "--bare", "<tmp>/git"],
+        ["git", "--git-dir", "<tmp>/git", "fetch", "-q", "--depth", "1", source,
+         f"refs/tags/{pins.vllm_gaudi_version}"],
+        ["git", "--git-dir", "<tmp>/git", "archive", pins.vllm_gaudi_commit, "|", "tar", "-x", "-C", str(dest)],
+    ]
+    if dry_run:
+        for c in cmds:
+            print(" ".join(c))
+        return dest
+    say(f"vllm-gaudi {pins.vllm_gaudi_version}: fetching {pins.vllm_gaudi_commit[:9]} from {source}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".vllm-gaudi.", dir=dest.parent))
+    try:
+        git = tmp / "git"
+        _run(["git", "init", "-q", "--bare", str(git)], check=True)
+        got = _run(["git", "--git-dir", str(git), "fetch", "-q", "--depth", "1", source,
+                    f"refs/tags/{pins.vllm_gaudi_version}"], timeout=600)
+        if got.returncode != 0:
+            # Some mirrors carry the commit but not the tag.
+            got = _run(["git", "--git-dir", str(git), "fetch", "-q", "--depth", "1", source,
+                        pins.vllm_gaudi_commit], timeout=600)
+        if got.returncode != 0:
+            raise UpstreamError(
+                f"could not fetch vllm-gaudi {pins.vllm_gaudi_version} from {source}: "
+                + (got.stderr.strip().splitlines() or ["git failed"])[-1],
+                hint="where GitHub is unreachable, give a local mirror or clone: "
+                "invoke upstream.fetch --from /path/to/vllm-gaudi",
+            )
+        commit = _run(["git", "--git-dir", str(git), "rev-parse", "FETCH_HEAD^{commit}"]).stdout.strip()
+        if commit != pins.vllm_gaudi_commit:
+            raise UpstreamError(f"{source} has {pins.vllm_gaudi_version} at {commit}, not the pinned "
+                                f"{pins.vllm_gaudi_commit}", hint="check the mirror, or the pin in the recipe")
+        tree = tmp / "tree"
+        tree.mkdir()
+        archive = subprocess.Popen(["git", "--git-dir", str(git), "archive", commit], stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
+        if archive.wait() != 0:
+            raise UpstreamError("git archive failed")
+        (tree / MARKER).write_text(json.dumps({"source": source, "commit": commit}) + "\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        tree.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    say(f"vllm-gaudi: cached at {dest}")
+    return dest
+
+
+def fetch_vllm(pins: Pins, wheel: Path | None = None, dry_run: bool = False) -> Path:
+    dest = vllm_dir(pins.vllm_version)
+    if is_complete(dest):
+        say(f"vllm {pins.vllm_version}: cached at {dest}")
+        return dest
+    download = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                f"vllm=={pins.vllm_version}", "-d", "<tmp>"]
+    if dry_run:
+        print(" ".join(download) if wheel is None else f"(use {wheel})")
+        print(f"extract vllm/**/*.py and the dist-info into {dest}")
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".vllm.", dir=dest.parent))
+    try:
+        if wheel is None:
+            say(f"vllm {pins.vllm_version}: downloading the wheel from PyPI (about 300 MB)")
+            download[-1] = str(tmp)
+            got = subprocess.run(download, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if got.returncode != 0:
+                raise UpstreamError(f"pip could not download vllm=={pins.vllm_version}: "
+                                    + got.stderr.strip()[-400:],
+                                    hint="give a downloaded wheel: invoke upstream.fetch --wheel PATH")
+            wheel = next(tmp.glob("vllm-*.whl"))
+        tree = tmp / "tree"
+        with zipfile.ZipFile(wheel) as z:
+            names = [n for n in z.namelist() if n.endswith(".py") or ".dist-info/" in n]
+            for name in names:
+                z.extract(name, tree)
+        version_file = tree / "vllm" / "_version.py"
+        recorded = version_file.read_text() if version_file.exists() else ""
+        (tree / MARKER).write_text(json.dumps({"wheel": Path(wheel).name, "files": len(names),
+                                               "version_file": recorded.strip().splitlines()[-1:]}) + "\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        tree.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    say(f"vllm {pins.vllm_version}: {len(names)} files cached at {dest}")
+    return dest
+
+
+def pins_for(base) -> Pins:
+    """Pins from a recipe's `base` section."""
+    return Pins(base.vllm_gaudi.version, base.vllm_gaudi.commit, base.vllm.version)

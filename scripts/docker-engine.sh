@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Make sure a Docker engine answers on this machine: install Debian's docker.io when it is missing,
+# start dockerd when no daemon answers. Idempotent: safe to run twice, and after a killed daemon
+# left a stale pid file or socket behind. Used by the README, .ci/run and the tests.
+set -euo pipefail
+
+LOG=${DOCKERD_LOG:-/var/log/cookbook-dockerd.log}
+WAIT=${DOCKERD_WAIT_S:-60}
+# Debian's own client (20.10) builds with BuildKit; a newer client without buildx may come first on PATH.
+DOCKER=/usr/bin/docker
+
+say() { printf 'docker-engine: %s\n' "$*" >&2; }
+
+if [ ! -x /usr/sbin/dockerd ] || [ ! -x "$DOCKER" ]; then
+  [ "$(id -u)" = 0 ] || { say "docker.io is missing and installing it needs root"; exit 1; }
+  say "installing Debian's docker.io"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq docker.io >/dev/null
+fi
+
+if "$DOCKER" info >/dev/null 2>&1; then
+  say "daemon answers ($("$DOCKER" version --format '{{.Server.Version}}'))"
+  exit 0
+fi
+
+# No daemon answers: clear what a killed one may have left, but never a live daemon's.
+pidfile=/var/run/docker.pid
+if [ -f "$pidfile" ]; then
+  pid=$(cat "$pidfile" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    say "dockerd (pid $pid) is running but not answering yet; waiting"
+  else
+    say "removing stale $pidfile"
+    rm -f "$pidfile" /var/run/docker.sock
+  fi
+fi
+if ! pgrep -x dockerd >/dev/null 2>&1; then
+  rm -f /var/run/docker.sock
+  # containerd state from a killed daemon can hold the old socket too.
+  rm -f /var/run/docker/containerd/containerd.pid 2>/dev/null || true
+  say "starting dockerd (log: $LOG)"
+  nohup /usr/sbin/dockerd --storage-driver=overlay2 >>"$LOG" 2>&1 &
+fi
+
+for _ in $(seq 1 "$WAIT"); do
+  if "$DOCKER" info >/dev/null 2>&1; then
+    say "daemon answers ($("$DOCKER" version --format '{{.Server.Version}}'))"
+    exit 0
+  fi
+  sleep 1
+done
+say "dockerd did not answer within ${WAIT}s; the end of $LOG:"
+tail -n 20 "$LOG" >&2 || true
+exit 1

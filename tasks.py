@@ -1,0 +1,101 @@
+"""Gaudi cookbook tasks. `invoke --list` shows them; `invoke --help TASK` shows a task's options.
+
+Everywhere a task takes --recipe, it takes a recipe id (qwen3.5-27b-fp8) or a path to a recipe.yaml.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from invoke import Collection, Exit, task
+
+from cookbook.errors import CookbookError
+
+DEFAULT_RECIPE = "qwen3.5-27b-fp8"
+
+
+def edge(fn):
+    """Turn the cookbook's errors into a clear message and exit code, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CookbookError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise Exit(code=exc.exit_code) from None
+
+    return wrapper
+
+
+@task
+@edge
+def recipes(c):
+    """List the recipes: id, model, hardware, fixes."""
+    from cookbook import recipes as r
+
+    for loaded in r.load_all():
+        rec = loaded.recipe
+        print(f"{loaded.id:20} {rec.model.id:28} {rec.hardware.cards}x {rec.hardware.accelerator:7} "
+              f"{rec.base.vllm_gaudi.version}  opt-in: {', '.join(rec.fixes.opt_in) or '-'}")
+
+
+@task(help={"recipe": "recipe id or path; all recipes when omitted"})
+@edge
+def validate(c, recipe=None):
+    """Validate recipes: schema, `extends`, and every rule."""
+    from cookbook import recipes as r
+
+    loaded = [r.load(recipe)] if recipe else r.load_all()
+    for item in loaded:
+        print(f"ok  {item.id}  ({item.path.relative_to(item.path.parents[3])}, sha256 {item.hash[:12]})")
+
+
+@task(help={"recipe": "recipe id or path", "out": "context folder (default build/<id>[-standin])",
+            "standin": "render FROM the offline stand-in base", "dry_run": "list the files, write nothing"})
+@edge
+def render(c, recipe=DEFAULT_RECIPE, out=None, standin=False, dry_run=False):
+    """Render a recipe into a self-contained build context."""
+    from cookbook import steps
+
+    steps.render_recipe(recipe, out, standin, dry_run)
+
+
+@task(iterable=["tag"],
+      help={"recipe": "recipe id or path", "standin": "build on the offline stand-in base",
+            "tag": "an extra tag (repeatable)", "repo": "image repository prefix",
+            "dry_run": "print the commands, run nothing"})
+@edge
+def build(c, recipe=DEFAULT_RECIPE, standin=False, tag=None, repo="gaudi-cookbook", dry_run=False):
+    """Build a recipe's image on the Docker engine; print its id, size and what it adds over its base."""
+    from cookbook import steps
+
+    steps.build_recipe(recipe, standin, tag, repo, dry_run)
+
+
+@task(name="standin", help={"recipe": "the recipe whose release the stand-in stands for",
+                             "rebuild": "build the base image again", "dry_run": "print the commands"})
+@edge
+def standin_(c, recipe=DEFAULT_RECIPE, rebuild=False, dry_run=False):
+    """Build the offline stand-in base image (Debian rootfs + the release's Python files)."""
+    from cookbook import recipes as r
+    from cookbook import steps
+
+    base = steps.ensure_standin(r.load(recipe), dry_run=dry_run, rebuild=rebuild)
+    print(base.image)
+
+
+@task(name="fetch", help={"from_": "git URL or local mirror/clone of vllm-project/vllm-gaudi (default GitHub)",
+                          "wheel": "a downloaded vllm wheel instead of PyPI", "recipe": "whose pins to fetch",
+                          "dry_run": "print the commands"})
+@edge
+def upstream_fetch(c, recipe=DEFAULT_RECIPE, from_=None, wheel=None, dry_run=False):
+    """Fill the upstream source cache: vllm-gaudi at the pinned commit, vLLM's files from PyPI."""
+    from cookbook import steps
+
+    steps.fetch_upstream(recipe, from_, wheel, dry_run)
+
+
+ns = Collection(recipes, validate, render, build, standin_)
+ns.add_collection(Collection("upstream", upstream_fetch))

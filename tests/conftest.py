@@ -1,0 +1,77 @@
+"""Shared helpers: recipe variants written to a temporary recipes tree, and environment probes."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cookbook.paths import RECIPES, ROOT
+
+REFERENCE = RECIPES / "Qwen" / "Qwen3.5-27B-FP8" / "recipe.yaml"
+DELETE = object()
+
+
+def reference_data() -> dict:
+    return yaml.safe_load(REFERENCE.read_text())
+
+
+def set_path(data: dict, dotted: str, value) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    if value is DELETE:
+        node.pop(keys[-1], None)
+    else:
+        node[keys[-1]] = value
+
+
+def variant(changes: dict) -> dict:
+    data = copy.deepcopy(reference_data())
+    for path, value in changes.items():
+        set_path(data, path, value)
+    return data
+
+
+@pytest.fixture
+def recipe_tree(tmp_path):
+    """Write recipes into tmp_path/recipes/<Org>/<Model>/recipe.yaml; returns (root, write)."""
+    root = tmp_path / "recipes"
+
+    def write(data: dict | str, org: str = "Test", model: str = "Model-X") -> Path:
+        path = root / org / model / "recipe.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return root, write
+
+
+def docker_answers() -> bool:
+    docker = shutil.which("docker") or "/usr/bin/docker"
+    try:
+        return subprocess.run([docker, "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    if not docker_answers():
+        pytest.skip(f"no Docker daemon answers; start one with {ROOT / 'scripts/docker-engine.sh'}")
+
+
+@pytest.fixture(scope="session")
+def upstream_cache():
+    from cookbook import recipes, upstream
+
+    pins = upstream.pins_for(recipes.load("qwen3.5-27b-fp8").recipe.base)
+    try:
+        return upstream.require(pins)
+    except Exception as exc:  # UpstreamError, with the command that fills it
+        pytest.skip(f"upstream source cache absent: {exc}")
