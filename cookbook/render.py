@@ -107,9 +107,10 @@ def labels(m: dict, revision: str | None = None) -> dict[str, str]:
     applied = [f["name"] for f in m["fixes"]["order"] if f["status"] == "in-pack"]
     pending = [f["name"] for f in m["fixes"]["order"] if f["status"] != "in-pack"]
     version = f"{m['vllm_gaudi']['version']}-{m['recipe']['hash'][:8]}"
+    release = m["vllm_gaudi"]["version"]
     out = {
-        "org.opencontainers.image.title": f"{m['recipe']['title']} on Intel Gaudi (vllm-gaudi {m['vllm_gaudi']['version']})",
-        "org.opencontainers.image.description": f"vLLM serving {m['model']} with the Gaudi cookbook recipe {m['recipe']['id']}",
+        "org.opencontainers.image.title": f"{m['recipe']['title']} on Intel Gaudi (vllm-gaudi {release})",
+        "org.opencontainers.image.description": f"vLLM serving {m['model']} with cookbook recipe {m['recipe']['id']}",
         "org.opencontainers.image.version": version + ("-standin" if m["base"]["standin"] else ""),
         "org.opencontainers.image.vendor": "Gaudi cookbook",
         "org.opencontainers.image.base.name": m["base"]["image"],
