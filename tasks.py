@@ -99,3 +99,55 @@ def upstream_fetch(c, recipe=DEFAULT_RECIPE, from_=None, wheel=None, dry_run=Fal
 
 ns = Collection(recipes, validate, render, build, standin_)
 ns.add_collection(Collection("upstream", upstream_fetch))
+
+
+@task(help={"check": "fail if fixes/pack.json differs from what the sources give (CI's drift check)"})
+@edge
+def fixes_index(c, check=False):
+    """Write fixes/pack.json from the fix.yaml files and profiles (--check: fail on drift)."""
+    from cookbook import fixes
+
+    fixes.write_index(check=check)
+
+
+@task(help={"profile": "fix profile (default: all)"})
+@edge
+def fixes_list(c, profile=None):
+    """The pack order of a profile: each fix, opt-in or generic, written or not."""
+    from cookbook import fixes
+
+    for line in fixes.describe(profile):
+        print(line)
+
+
+@task(help={"profile": "fix profile to verify"})
+@edge
+def fixes_verify(c, profile="v0.26.0"):
+    """Apply the whole pack in order to pristine upstream sources and report fix by fix."""
+    from cookbook import fix_verify
+
+    bad = 0
+    for outcome in fix_verify.verify(profile):
+        print(f"{outcome.fix:36} {outcome.status}" + (f"\n    {outcome.detail}" if outcome.detail else ""))
+        bad += outcome.status in ("conflicts", "target differs")
+    if bad:
+        raise Exit(f"{bad} fix(es) do not apply to the pristine release", code=1)
+
+
+@task(iterable=["requires"],
+      help={"name": "the fix's name (it must be in the profile's order)", "edited": "edited copy of the package",
+            "package": "vllm_gaudi or vllm", "profile": "fix profile", "title": "one line", "why": "the symptom",
+            "how": "the mechanism", "requires": "a fix this one needs (repeatable)", "dry_run": "print, write nothing"})
+@edge
+def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="TODO", why="TODO", how="TODO",
+              requires=None, dry_run=False):
+    """Scaffold a fix from an edited copy of a package: the diff against pristine, hashes filled in."""
+    from pathlib import Path
+
+    from cookbook import fix_new
+
+    fix_new.new_fix(name, Path(edited), package, profile, title=title, why=why, how=how, requires=requires,
+                    dry_run=dry_run)
+
+
+ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, new=fixes_new))

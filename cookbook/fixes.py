@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from . import yamlsource
 from .errors import FixError, where
 from .paths import FIXES
+from .paths import fixes_dir as default_fixes_dir
 
 SHA256 = r"^[0-9a-f]{64}$"
 PACKAGES = ("vllm_gaudi", "vllm")
@@ -67,11 +68,13 @@ class FixSpec(_Strict):
     upstream: StrictStr | None = None
 
 
-def profile_names(fixes_dir: Path = FIXES) -> list[str]:
+def profile_names(fixes_dir: Path | None = None) -> list[str]:
+    fixes_dir = fixes_dir or default_fixes_dir()
     return sorted(p.stem for p in (fixes_dir / "profiles").glob("*.yaml"))
 
 
-def load_profile(name: str, fixes_dir: Path = FIXES) -> ProfileSpec:
+def load_profile(name: str, fixes_dir: Path | None = None) -> ProfileSpec:
+    fixes_dir = fixes_dir or default_fixes_dir()
     return _load_profile(name, fixes_dir.resolve())
 
 
@@ -92,17 +95,23 @@ def _load_profile(name: str, fixes_dir: Path) -> ProfileSpec:
     return spec
 
 
-def fix_names(fixes_dir: Path = FIXES) -> list[str]:
+def fix_names(fixes_dir: Path | None = None) -> list[str]:
     """Fixes that exist as files (the profiles may name more, not written yet)."""
+    fixes_dir = fixes_dir or default_fixes_dir()
     return sorted(p.parent.name for p in fixes_dir.glob("*/fix.yaml"))
 
 
-def load_fix(name: str, fixes_dir: Path = FIXES) -> FixSpec:
+def load_fix(name: str, fixes_dir: Path | None = None) -> FixSpec:
+    fixes_dir = fixes_dir or default_fixes_dir()
     path = fixes_dir / name / "fix.yaml"
     if not path.is_file():
         raise FixError(f"fix {name!r} has no {path}", hint="known fixes: " + ", ".join(fix_names(fixes_dir)))
     source = yamlsource.load(path, error=FixError)
     spec = _validate(FixSpec, source)
+    for key in ("title", "why", "how"):
+        if getattr(spec, key).strip().upper().startswith("TODO"):
+            raise FixError(f"fix {name}: `{key}` is still the scaffold's TODO",
+                           where=where(path, source.line_of((key,)), key), hint="say it in a sentence or two")
     declared = {(t.package, f): sha for t in spec.targets for f, sha in t.files.items()}
     for (package, file), sha in declared.items():
         if not re.match(SHA256, sha):
@@ -134,20 +143,33 @@ def _validate(model: type[BaseModel], source: yamlsource.Source) -> BaseModel:
         raise FixError(f"{source.path} is not valid:\n" + "\n".join(problems)) from None
 
 
+def engine():
+    """fixes/apply_all.py as a module: the host reuses the engine's diff reading and patch running
+    instead of keeping a second copy of them."""
+    import importlib.util
+    import sys
+
+    name = "cookbook_apply_all"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, FIXES / "apply_all.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
 def patch_paths(diff: str) -> list[str]:
-    """The files a unified diff changes, relative to the package root (`+++ b/x` -> `x`)."""
-    out = []
-    for line in diff.splitlines():
-        if line.startswith("+++ "):
-            path = line[4:].split("\t")[0].strip()
-            if path != "/dev/null":
-                out.append(path[2:] if path.startswith("b/") else path)
-    return out
+    """The files a -p1 unified diff changes, relative to the package root."""
+    try:
+        return engine().patch_paths(diff)
+    except ValueError as exc:
+        raise FixError(f"not a usable -p1 unified diff: {exc}") from None
 
 
-def resolve(profile: ProfileSpec, selected: list[str], fixes_dir: Path = FIXES) -> dict[str, FixSpec]:
+def resolve(profile: ProfileSpec, selected: list[str], fixes_dir: Path | None = None) -> dict[str, FixSpec]:
     """The fixes of `selected` that exist, checked against each other: requirements present and
     earlier in the order, no cycles, opt-in flags agreeing with the profile."""
+    fixes_dir = fixes_dir or default_fixes_dir()
     present = {n: load_fix(n, fixes_dir) for n in selected if (fixes_dir / n / "fix.yaml").is_file()}
     for name, spec in present.items():
         if spec.opt_in != (name in profile.opt_in):
@@ -190,8 +212,9 @@ def sha256_file(path: Path) -> str:
 
 
 def pack_index(profiles: list[str] | None = None, only: list[str] | None = None,
-               fixes_dir: Path = FIXES) -> dict:
+               fixes_dir: Path | None = None) -> dict:
     """The pack.json document: the profiles, and every fix that exists (or only those in `only`)."""
+    fixes_dir = fixes_dir or default_fixes_dir()
     names = profiles if profiles is not None else profile_names(fixes_dir)
     specs = {n: load_profile(n, fixes_dir) for n in names}
     wanted = only if only is not None else sorted({f for s in specs.values() for f in s.order})
@@ -224,8 +247,9 @@ def dumps(index: dict) -> str:
     return json.dumps(index, indent=2, sort_keys=True) + "\n"
 
 
-def fix_hashes(names: list[str], fixes_dir: Path = FIXES) -> dict[str, str]:
+def fix_hashes(names: list[str], fixes_dir: Path | None = None) -> dict[str, str]:
     """A content hash per existing fix: fix.yaml and its patches, so the manifest tells fix versions apart."""
+    fixes_dir = fixes_dir or default_fixes_dir()
     out = {}
     for name in names:
         folder = fixes_dir / name
@@ -236,3 +260,42 @@ def fix_hashes(names: list[str], fixes_dir: Path = FIXES) -> dict[str, str]:
             h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
         out[name] = h.hexdigest()
     return out
+
+
+def index_path(fixes_dir: Path | None = None) -> Path:
+    return (fixes_dir or default_fixes_dir()) / "pack.json"
+
+
+def write_index(check: bool = False, fixes_dir: Path | None = None) -> bool:
+    """Write pack.json, or with check=True refuse when the committed one has drifted."""
+    want = dumps(pack_index(fixes_dir=fixes_dir))
+    path = index_path(fixes_dir)
+    have = path.read_text() if path.is_file() else None
+    if check:
+        if have != want:
+            raise FixError(f"{path} is out of date with the fix.yaml files and profiles",
+                           hint="run: invoke fixes.index, and commit the result")
+        return False
+    if have == want:
+        return False
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(want)
+    tmp.replace(path)
+    return True
+
+
+def describe(profile: str | None = None, fixes_dir: Path | None = None) -> list[str]:
+    fixes_dir = fixes_dir or default_fixes_dir()
+    lines = []
+    for name in [profile] if profile else profile_names(fixes_dir):
+        spec = load_profile(name, fixes_dir)
+        lines.append(f"profile {name}: vllm-gaudi {spec.packages['vllm_gaudi'].version} "
+                     f"({spec.packages['vllm_gaudi'].commit[:9]}), vLLM {spec.packages['vllm'].version} "
+                     f"({spec.packages['vllm'].commit[:9]}), Gaudi SW {spec.gaudi_sw}")
+        written = set(fix_names(fixes_dir))
+        for i, fix in enumerate(spec.order, 1):
+            kind = "opt-in" if fix in spec.opt_in else "generic"
+            state = "written" if fix in written else "not written"
+            title = f"  {load_fix(fix, fixes_dir).title}" if fix in written else ""
+            lines.append(f"  {i:2}. {fix:36} {kind:8} {state}{title}")
+    return lines

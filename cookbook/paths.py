@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
-FIXES = ROOT / "fixes"
+FIXES = ROOT / "fixes"  # the fix engine (apply_all.py) always comes from here
 DOCKERFILES = ROOT / "dockerfiles"
 
 
@@ -18,3 +18,10 @@ def cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "gaudi-cookbook"
+
+
+def fixes_dir() -> Path:
+    """The fix pack: fix folders and profiles. COOKBOOK_FIXES_DIR points elsewhere (tests use a pack
+    they make); the engine, fixes/apply_all.py, is always this checkout's."""
+    env = os.environ.get("COOKBOOK_FIXES_DIR")
+    return Path(env).resolve() if env else FIXES

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import derive, fixes
+from . import derive, fixes, paths
 from .paths import DOCKERFILES, FIXES, ROOT
 from .recipes import LoadedRecipe
 
@@ -143,9 +143,10 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def context_files(loaded: LoadedRecipe, base: Base, fixes_dir: Path = FIXES,
+def context_files(loaded: LoadedRecipe, base: Base, fixes_dir: Path | None = None,
                   revision: str | None = None) -> dict[str, bytes]:
     """Every file of the build context, by relative path. Pure apart from reading the fix pack."""
+    fixes_dir = fixes_dir or paths.fixes_dir()
     r = loaded.recipe
     profile = fixes.load_profile(r.fixes.profile, fixes_dir)
     present = fixes.resolve(profile, loaded.fixes, fixes_dir)

@@ -624,6 +624,8 @@ def patch_paths(text):
                 paths.append(name.split("/", 1)[1])
         elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
             paths.append(line.split(" ", 2)[2])
+    if old > 0 or new > 0:
+        raise ValueError("the last hunk is cut short")
     for path in paths:
         if not is_safe_relpath(path):
             raise ValueError(f"unsafe path {path!r}")
@@ -676,8 +678,8 @@ def find_patch_tool():
     raise PackError("neither git nor patch is installed: install one in the image before applying fixes")
 
 
-def run_patch_tool(tool, patch_file, cwd, staging_root, reverse):
-    """(ok, output) of applying one patch file inside cwd."""
+def run_patch_tool(tool, patch_file, cwd, staging_root, reverse, check_only=False):
+    """(ok, output) of applying one patch file inside cwd (check_only: test it, change nothing)."""
     import subprocess
 
     kind, exe = tool
@@ -691,6 +693,8 @@ def run_patch_tool(tool, patch_file, cwd, staging_root, reverse):
         cmd = [exe, "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "--reject-file=-"]
     if reverse:
         cmd.append("-R")
+    if check_only:
+        cmd.append("--check" if kind == "git" else "--dry-run")
     cmd += ["-i" if kind == "patch" else "--", patch_file]
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()

@@ -1,0 +1,103 @@
+"""`invoke fixes.new`: scaffold a fix from an edited copy of a package.
+
+The patch is the diff between the edited copy and the pristine release with the pack's earlier fixes
+applied (patches apply in order, each on top of those before it); the targets carry the pristine
+sha256 of each changed file, which is what apply_all.py checks an image against."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from . import fixes
+from .errors import FixError
+from .fix_sources import apply_patch, package_roots, stage, targets_of
+from .paths import fixes_dir as default_fixes_dir
+from .progress import say
+
+PLACEHOLDER = "TODO"
+
+
+def changed_files(pristine_root: Path, edited_root: Path) -> list[str]:
+    """Files of the edited copy whose bytes differ from the release's (new files are not fixes)."""
+    out = []
+    for path in sorted(edited_root.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(edited_root).as_posix()
+        original = pristine_root / rel
+        if original.is_file() and original.read_bytes() != path.read_bytes():
+            out.append(rel)
+    return out
+
+
+def unified_diff(rel: str, before: bytes, after: bytes) -> str:
+    """A -p1 diff of one file, relative to the package root, made by git (handles missing newlines)."""
+    with tempfile.TemporaryDirectory(prefix="cookbook-diff.") as tmp:
+        for side, data in (("a", before), ("b", after)):
+            path = Path(tmp) / side / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        out = subprocess.run(["git", "diff", "--no-index", "--no-prefix", "--no-color", "--", f"a/{rel}", f"b/{rel}"],
+                             cwd=tmp, capture_output=True, text=True)
+        if out.returncode not in (0, 1):
+            raise FixError(f"git diff failed on {rel}: {out.stderr.strip()}")
+        # Keep the ---/+++ headers and hunks; drop git's `diff --git` and index lines.
+        lines = out.stdout.splitlines(keepends=True)
+        start = next(i for i, line in enumerate(lines) if line.startswith("--- "))
+        return "".join(lines[start:])
+
+
+def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: str = PLACEHOLDER,
+            why: str = PLACEHOLDER, how: str = PLACEHOLDER, requires: list[str] | None = None,
+            env: dict[str, str] | None = None, fixes_dir: Path | None = None, dry_run: bool = False) -> Path:
+    fixes_dir = fixes_dir or default_fixes_dir()
+    profile = fixes.load_profile(profile_name, fixes_dir)
+    if name not in profile.order:
+        raise FixError(f"{name!r} is not in profile {profile_name}'s order",
+                       hint=f"add it to fixes/profiles/{profile_name}.yaml where it belongs, then run this again")
+    folder = fixes_dir / name
+    if (folder / "fix.yaml").exists():
+        raise FixError(f"fix {name} exists already ({folder})", hint="edit it, or remove it first")
+    roots = package_roots(profile)
+    files = changed_files(roots[package], edited)
+    if not files:
+        raise FixError(f"{edited} does not differ from the pristine {package} sources",
+                       hint="point --edited at an edited copy of the package folder")
+    earlier = fixes.resolve(profile, profile.order[: profile.order.index(name)], fixes_dir)
+    with tempfile.TemporaryDirectory(prefix="cookbook-new.") as tmp:
+        staging = Path(tmp)
+        stage(roots, targets_of(earlier) | {(package, f) for f in files}, staging)
+        for fix, spec in earlier.items():
+            for patch in spec.patches:
+                ok, said = apply_patch(fixes_dir, fix, patch.file, patch.package, staging)
+                if not ok:
+                    raise FixError(f"earlier fix {fix} does not apply to the release: {said}",
+                                   hint="run invoke fixes.verify")
+        diff = "".join(unified_diff(f, (staging / package / f).read_bytes(), (edited / f).read_bytes())
+                       for f in files)
+    patch_name = f"0001-{name}.patch"
+    spec = {
+        "title": title, "why": why, "how": how,
+        "targets": [{"package": package,
+                     "files": {f: hashlib.sha256((roots[package] / f).read_bytes()).hexdigest() for f in files}}],
+        "patches": [{"package": package, "file": patch_name}],
+        "requires": requires or [],
+        "env": env or {},
+        "modes": ["compile", "lazy"],
+        "opt_in": name in profile.opt_in,
+    }
+    if dry_run:
+        print(yaml.safe_dump(spec, sort_keys=False))
+        print(diff)
+        return folder
+    folder.mkdir(parents=True)
+    (folder / patch_name).write_text(diff)
+    (folder / "fix.yaml").write_text(yaml.safe_dump(spec, sort_keys=False, width=100))
+    say(f"fix {name}: {len(files)} file(s) into {folder}; fill in title, why and how"
+        if PLACEHOLDER in (title, why, how) else f"fix {name}: {len(files)} file(s) into {folder}")
+    return folder
