@@ -151,3 +151,21 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="T
 
 
 ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, new=fixes_new))
+
+
+@task(help={"recipe": "recipe id or path", "image": "image to check (default: the recipe's moving tag)",
+            "standin": "the image was built on the stand-in base", "repo": "image repository prefix",
+            "dry_run": "print the commands"})
+@edge
+def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", dry_run=False):
+    """Check an image with pytest-testinfra before any smoke run; writes the evidence file."""
+    from cookbook import imagecheck, recipes, steps
+
+    loaded = recipes.load(recipe)
+    image = image or steps.tags_for(loaded, repo, standin)[0]
+    result = imagecheck.run(loaded, image, steps.base_for(loaded, standin), dry_run=dry_run)
+    if result and not result.passed:
+        raise Exit(f"image checks failed for {image}; evidence in {result.evidence}", code=1)
+
+
+ns.add_task(test)

@@ -863,6 +863,14 @@ def cmd_check(args, log):
                 f"the applied fixes need {var}={want}, found {describe_var(var, os.environ)}: "
                 f"run the container with -e {var}={want}"
             )
+    # Fixes were chosen for the build's mode (some are skipped in one mode); a run in the other
+    # mode would serve with a fix set nobody checked.
+    built_mode, mode = record.get("mode"), current_mode(os.environ)
+    if built_mode and mode != built_mode:
+        problems.append(
+            f"the fixes were applied for {built_mode} mode, but PT_HPU_LAZY_MODE says {mode} mode "
+            f"(found {describe_var('PT_HPU_LAZY_MODE', os.environ)}): run in the mode the image was built for"
+        )
     if args.pack:
         raw = read_bytes(args.pack)
         if raw is None or sha256_bytes(raw) != record.get("pack_sha256"):

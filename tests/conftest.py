@@ -75,3 +75,31 @@ def upstream_cache():
         return upstream.require(pins)
     except Exception as exc:  # UpstreamError, with the command that fills it
         pytest.skip(f"upstream source cache absent: {exc}")
+
+
+TEST_REPO = "cookbook-test"  # test images never take the real tags
+
+
+@pytest.fixture(scope="session")
+def testpack(tmp_path_factory, upstream_cache):
+    """A fix pack made against the real release sources (tests/packs.py)."""
+    from . import packs
+
+    return packs.make(tmp_path_factory.mktemp("testpack"))
+
+
+@pytest.fixture
+def with_testpack(testpack, monkeypatch):
+    """The test pack as the cookbook's fix pack, for one test."""
+    monkeypatch.setenv("COOKBOOK_FIXES_DIR", str(testpack))
+    return testpack
+
+
+@pytest.fixture(scope="session")
+def testpack_image(docker_engine, testpack):
+    """qwen3.5-27b-fp8 built on the stand-in with the test pack applied at build time."""
+    from cookbook import steps
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", str(testpack))
+        return steps.build_recipe("qwen3.5-27b-fp8", use_standin=True, repo=TEST_REPO)

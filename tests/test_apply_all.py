@@ -656,6 +656,14 @@ def test_check_refuses_wrong_env(cb, env, found):
     assert "-e VLLM_COMPACT_GDN=1" in result.out
 
 
+def test_check_refuses_the_other_mode(cb):
+    assert cb.apply().code == 0  # built in compile mode
+    result = cb.run("--check", env={"PT_HPU_LAZY_MODE": "1"})
+    assert result.code == 1
+    assert "applied for compile mode, but PT_HPU_LAZY_MODE says lazy mode" in result.out
+    assert cb.run("--check", env={"PT_HPU_LAZY_MODE": "0"}).code == 0
+
+
 def test_check_is_fast_and_imports_little(cb, capsys):
     assert cb.apply().code == 0
     module = load_module()

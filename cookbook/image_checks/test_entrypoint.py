@@ -1,0 +1,25 @@
+"""The entrypoint's dry run prints exactly the recipe's `vllm serve` command; user args are appended."""
+
+import shlex
+
+from conftest import docker_run
+
+ENTRYPOINT = ["python3", "/opt/cookbook/entrypoint.py"]
+
+
+def test_entrypoint_is_the_cookbooks(image_config):
+    assert image_config["Config"]["Entrypoint"] == ENTRYPOINT
+    assert not image_config["Config"]["Cmd"]
+
+
+def test_dry_run_prints_the_recipe_command(expect):
+    out = docker_run(expect["image"], env={"COOKBOOK_DRY_RUN": "1"})
+    assert out.returncode == 0, out.stderr
+    assert shlex.split(out.stdout) == expect["command"]
+    assert out.stdout.strip() == shlex.join(expect["command"])
+
+
+def test_user_arguments_are_appended(expect):
+    out = docker_run(expect["image"], "--cookbook-dry-run", "--port", "9000", "--max-num-seqs", "8")
+    assert out.returncode == 0, out.stderr
+    assert shlex.split(out.stdout) == expect["command"] + ["--port", "9000", "--max-num-seqs", "8"]

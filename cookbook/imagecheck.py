@@ -1,0 +1,125 @@
+"""`invoke test`: the gate between build and any Gaudi run. Starts a container from the image with
+the entrypoint overridden, runs the checks in cookbook/image_checks/ through pytest-testinfra's docker
+backend, always removes the container, and writes the result as evidence tied to the image id."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import derive, engine, fixes, render
+from .errors import CheckFailure
+from .paths import cache_dir
+from .progress import say
+from .recipes import LoadedRecipe
+
+CHECKS = Path(__file__).parent / "image_checks"
+
+
+def expectations(loaded: LoadedRecipe, base: render.Base, image: str) -> dict:
+    """What a correct image of this recipe must show, from the recipe and the host's fix pack
+    (never read back from the image under test)."""
+    r = loaded.recipe
+    profile = fixes.load_profile(r.fixes.profile)
+    applied = list(fixes.resolve(profile, loaded.fixes))
+    forbidden = {}
+    if r.model.architecture == "gated-deltanet-hybrid":
+        forbidden["PT_HPU_LAZY_MODE"] = "1"
+    if derive.prefix_caching_on(r.serve) and "gdn-prefix-cache" in r.fixes.opt_in:
+        forbidden["VLLM_COMPACT_GDN"] = "0"
+    return {
+        "image": image,
+        "recipe": loaded.id,
+        "recipe_hash": loaded.hash,
+        "standin": base.standin,
+        "base_image": base.image,
+        "python": base.python,
+        "site_packages": base.site_packages,
+        "versions": {"vllm": r.base.vllm.version, "vllm_gaudi": r.base.vllm_gaudi.version.lstrip("v")},
+        "commits": {"vllm_gaudi": r.base.vllm_gaudi.commit, "vllm": r.base.vllm.commit},
+        "profile": r.fixes.profile,
+        "fixes": applied,
+        "not_written": [n for n in loaded.fixes if n not in applied],
+        "env": derive.runtime_env(r),
+        "forbidden_env": forbidden,
+        "command": derive.serve_command(r),
+        "port": r.image.port,
+        "health_path": r.image.health_path,
+    }
+
+
+@dataclass(frozen=True)
+class Result:
+    passed: bool
+    evidence: Path
+    report: dict
+
+
+def evidence_path(image_id: str) -> Path:
+    return cache_dir() / "evidence" / image_id.replace("sha256:", "") / "image-checks.json"
+
+
+def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = False,
+        extra_pytest_args: list[str] | None = None) -> Result | None:
+    engine.require_daemon() if not dry_run else None
+    start_cmd = ["run", "-d", "--rm", "--network", "none", "--entrypoint", "sleep", image, "infinity"]
+    if dry_run:
+        print(f"docker {' '.join(start_cmd)}")
+        print(f"{sys.executable} -m pytest {CHECKS} --hosts=docker://<container> --cookbook-expect=<file>")
+        print("docker rm -f <container>")
+        return None
+    image_id = engine.inspect(image)["Id"]
+    expect = expectations(loaded, base, image)
+    container = engine.docker(*start_cmd).stdout.strip()
+    try:
+        with tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
+            expect_file = Path(tmp) / "expect.json"
+            expect_file.write_text(json.dumps(expect, indent=2))
+            report_file = Path(tmp) / "report.json"
+            started = time.time()
+            say(f"checking {image} ({image_id[:19]}) for recipe {loaded.id} in container {container[:12]}")
+            args = [str(CHECKS), f"--hosts=docker://{container}", f"--cookbook-expect={expect_file}",
+                    f"--cookbook-report={report_file}", "-p", "no:cacheprovider", "-c", str(CHECKS / "pytest.ini"),
+                    "--rootdir", str(CHECKS), "-rfEs", *(extra_pytest_args or [])]
+            # The docker CLI testinfra calls is the one the cookbook chose (see engine.py).
+            env = {**engine.client().env(), "COOKBOOK_DOCKER_CLI": engine.client().path}
+            proc = subprocess.run([sys.executable, "-m", "pytest", *args], env=env)
+            checks = json.loads(report_file.read_text()) if report_file.is_file() else []
+    finally:
+        engine.docker("rm", "-f", container, check=False)
+    report = {
+        "kind": "image-checks",
+        "image": image,
+        "image_id": image_id,
+        "recipe": loaded.id,
+        "recipe_hash": loaded.hash,
+        "standin": base.standin,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": round(time.time() - started, 2),
+        "pytest_exit": proc.returncode,
+        "passed": proc.returncode == 0 and bool(checks) and all(c["outcome"] != "failed" for c in checks),
+        "checks": checks,
+    }
+    path = evidence_path(image_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_path = path.with_suffix(".tmp")
+    tmp_path.write_text(json.dumps(report, indent=2) + "\n")
+    tmp_path.replace(path)
+    say(f"evidence: {path}")
+    return Result(report["passed"], path, report)
+
+
+def require_passed(image_id: str) -> dict:
+    """For later steps (smoke, publish): the image's passing check result, or a clear refusal."""
+    path = evidence_path(image_id)
+    if not path.is_file():
+        raise CheckFailure(f"image {image_id[:19]} has no image-check result", hint="run: invoke test --image ...")
+    report = json.loads(path.read_text())
+    if not report.get("passed"):
+        raise CheckFailure(f"image {image_id[:19]} failed its image checks ({path})")
+    return report

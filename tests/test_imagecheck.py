@@ -1,0 +1,134 @@
+"""`invoke test`: the image checks pass on a good stand-in image and each fails on an image built to
+break it. Broken images are built FROM the good one with one line changed."""
+
+import json
+import time
+
+import pytest
+
+from cookbook import engine, imagecheck, recipes, standin
+from cookbook.errors import CheckFailure
+
+from . import packs
+
+pytestmark = [pytest.mark.docker, pytest.mark.upstream]
+RID = "qwen3.5-27b-fp8"
+SITE = standin.SITE_PACKAGES
+
+
+def check(image: str) -> imagecheck.Result:
+    loaded = recipes.load(RID)
+    return imagecheck.run(loaded, image, standin.base(loaded.recipe.base.vllm_gaudi.version))
+
+
+def failed(result: imagecheck.Result) -> set[str]:
+    return {c["check"] for c in result.report["checks"] if c["outcome"] == "failed"}
+
+
+@pytest.fixture(scope="module")
+def good(testpack_image, testpack):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", str(testpack))
+        start = time.monotonic()
+        result = check(testpack_image.tags[0])
+        return result, time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def derive(testpack_image, tmp_path_factory):
+    """Build an image FROM the good one plus some Dockerfile lines; remove it afterwards."""
+    made = []
+
+    def build(name: str, *lines: str) -> str:
+        ctx = tmp_path_factory.mktemp(name)
+        (ctx / "Dockerfile").write_text("\n".join([f"FROM {testpack_image.tags[0]}", *lines]) + "\n")
+        tag = f"cookbook-test/broken-{name}:latest"
+        engine.docker("build", "-q", "-t", tag, str(ctx))
+        made.append(tag)
+        return tag
+
+    yield build
+    for tag in made:
+        engine.docker("rmi", "-f", tag, check=False)
+
+
+def test_good_image_passes_and_leaves_evidence(good, testpack_image):
+    result, seconds = good
+    assert result.passed, json.dumps(result.report["checks"], indent=1)
+    report = json.loads(result.evidence.read_text())
+    assert report["image_id"] == testpack_image.image_id and report["recipe"] == RID
+    assert report["standin"] is True and report["passed"] is True
+    assert len(report["checks"]) >= 25
+    skipped = [c for c in report["checks"] if c["outcome"] == "skipped"]
+    assert [c["check"] for c in skipped] == ["test_versions.py::test_vllm_gaudi_imports"]
+    assert imagecheck.require_passed(testpack_image.image_id)["passed"]
+    assert seconds < 60
+
+
+def test_no_container_left_behind(good):
+    out = engine.docker("ps", "-a", "--filter", f"ancestor={good[0].report['image']}", "--format", "{{.ID}}")
+    assert out.stdout.strip() == ""
+
+
+def test_wrong_env_value_fails(derive, with_testpack):
+    result = check(derive("env", "ENV VLLM_COMPACT_GDN=0"))
+    assert not result.passed
+    assert {"test_env.py::test_recipe_env_set_with_values", "test_env.py::test_nothing_forbidden_set"} <= failed(result)
+
+
+def test_lazy_mode_fails(derive, with_testpack):
+    result = check(derive("lazy", "ENV PT_HPU_LAZY_MODE=1"))
+    assert "test_env.py::test_nothing_forbidden_set" in failed(result)
+
+
+def test_edited_patched_file_fails(derive, with_testpack):
+    result = check(derive("edited", f"RUN echo '# edited' >> {SITE}/vllm_gaudi/{packs.RUNNER}"))
+    assert failed(result) == {"test_fixes.py::test_fixed_sources_match_their_record"}
+
+
+def test_missing_label_fails(derive, with_testpack):
+    result = check(derive("label", 'LABEL cookbook.recipe.hash="" org.opencontainers.image.vendor=""'))
+    assert failed(result) == {"test_labels.py::test_recipe_labels", "test_labels.py::test_oci_keys_present"}
+
+
+def test_leaked_token_fails(derive, with_testpack):
+    token = "hf_" + "Ab1" * 10
+    result = check(derive("token", f"ENV HF_TOKEN={token}"))
+    assert {"test_secrets.py::test_no_secret_in_env", "test_secrets.py::test_no_secret_in_history"} <= failed(result)
+
+
+def test_token_only_in_history_fails(derive, with_testpack):
+    result = check(derive("history", f"RUN echo hf_{'Zz9' * 10} > /dev/null"))
+    assert failed(result) == {"test_secrets.py::test_no_secret_in_history"}
+
+
+def test_credential_file_fails(derive, with_testpack):
+    result = check(derive("file", "RUN mkdir -p /root/.cache/huggingface && echo x > /root/.cache/huggingface/token"))
+    assert failed(result) == {"test_secrets.py::test_no_credential_file[/root/.cache/huggingface/token]"}
+
+
+def test_wrong_entrypoint_fails(derive, with_testpack):
+    result = check(derive("entrypoint", 'ENTRYPOINT ["python3", "-c", "print(\'vllm serve x\')"]'))
+    assert {"test_entrypoint.py::test_entrypoint_is_the_cookbooks",
+            "test_entrypoint.py::test_dry_run_prints_the_recipe_command"} <= failed(result)
+
+
+def test_failed_image_is_refused_as_evidence(derive, with_testpack):
+    tag = derive("refused", "ENV VLLM_COMPACT_GDN=0")
+    check(tag)
+    with pytest.raises(CheckFailure, match="failed its image checks"):
+        imagecheck.require_passed(engine.inspect(tag)["Id"])
+
+
+def test_unchecked_image_has_no_evidence():
+    with pytest.raises(CheckFailure, match="has no image-check result"):
+        imagecheck.require_passed("sha256:" + "0" * 64)
+
+
+def test_expectations_come_from_the_recipe(with_testpack):
+    loaded = recipes.load(RID)
+    e = imagecheck.expectations(loaded, standin.base("v0.26.0"), "img")
+    assert e["fixes"] == ["selftest-runner", "selftest-request"]
+    assert e["forbidden_env"] == {"PT_HPU_LAZY_MODE": "1", "VLLM_COMPACT_GDN": "0"}
+    assert e["command"][:3] == ["vllm", "serve", "Qwen/Qwen3.5-27B-FP8"] and e["python"] == "3.11"
+    assert len(e["env"]) == 23
