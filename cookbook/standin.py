@@ -42,7 +42,7 @@ def rootfs_tar() -> Path:
 
 
 def mmdebstrap_command(out: Path, mirror: str = MIRROR) -> list[str]:
-    return ["mmdebstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), "--mode=root",
+    return ["mmdebstrap", "--variant=minbase", "--format=tar", "--include=" + ",".join(PACKAGES), "--mode=root",
             SUITE, str(out), mirror]
 
 
@@ -57,15 +57,24 @@ def ensure_rootfs(dry_run: bool = False) -> Path:
     if not shutil.which("mmdebstrap"):
         raise BuildError("mmdebstrap is not installed", hint="apt-get install mmdebstrap")
     tar.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tar.with_suffix(".tar.partial")
+    # Written beside the cache entry and renamed into place, so an interrupted run leaves no tarball.
+    tmp = tar.with_name(tar.name.replace(".tar", ".partial.tar"))
+    _remove(tmp)
     say(f"stand-in rootfs: building Debian {SUITE} with {', '.join(PACKAGES)} (about half a minute)")
     proc = subprocess.run(mmdebstrap_command(tmp), capture_output=True, text=True)
     if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise BuildError("mmdebstrap failed: " + proc.stderr.strip()[-800:],
                          hint="check that Debian's package mirror is reachable (apt-get update)")
     tmp.rename(tar)
     return tar
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def ensure_rootfs_image(dry_run: bool = False) -> None:

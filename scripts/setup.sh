@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-APT_PACKAGES=(docker.io mmdebstrap git patch python3 python3-venv python3-pip ca-certificates)
+APT_PACKAGES=(mmdebstrap git patch python3 python3-venv python3-pip ca-certificates)
+# Debian's docker.io, unless an engine is already installed (a CI runner's docker-ce, say).
+command -v dockerd >/dev/null 2>&1 || APT_PACKAGES+=(docker.io)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -85,9 +85,11 @@ def test_warm_rebuild_is_cached(built):
 
 
 def test_failed_build_leaves_no_tag(docker_engine, tmp_path):
-    (tmp_path / "Dockerfile").write_text("FROM gaudi-cookbook/standin-rootfs:bookworm\nRUN exit 3\n")
-    tag = "gaudi-cookbook/test-failed-build:never"
-    base = Base("gaudi-cookbook/standin-rootfs:bookworm", None, True, "3.11", "/x")
+    # Needs no base image: the first layer is made, the second step fails.
+    (tmp_path / "ok.txt").write_text("made\n")
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY ok.txt /\nCOPY missing.txt /\n")
+    tag = "cookbook-test/failed-build:never"
+    base = Base("scratch", None, True, "3.11", "/x")
     with pytest.raises(BuildError) as err:
         build.build(tmp_path, [tag], base)
     assert "no tag was set" in str(err.value)
