@@ -9,6 +9,7 @@ need no BuildKit-only syntax, so either works; BuildKit is preferred for its cac
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -88,8 +89,6 @@ def image_exists(ref: str) -> bool:
 
 
 def inspect(ref: str) -> dict:
-    import json
-
     out = docker("image", "inspect", ref, check=False)
     if out.returncode != 0:
         raise EngineError(f"no image {ref}")

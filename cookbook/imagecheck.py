@@ -66,13 +66,13 @@ def evidence_path(image_id: str) -> Path:
 
 def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = False,
         extra_pytest_args: list[str] | None = None) -> Result | None:
-    engine.require_daemon() if not dry_run else None
     start_cmd = ["run", "-d", "--rm", "--network", "none", "--entrypoint", "sleep", image, "infinity"]
     if dry_run:
         print(f"docker {' '.join(start_cmd)}")
         print(f"{sys.executable} -m pytest {CHECKS} --hosts=docker://<container> --cookbook-expect=<file>")
         print("docker rm -f <container>")
         return None
+    engine.require_daemon()
     image_id = engine.inspect(image)["Id"]
     expect = expectations(loaded, base, image)
     container = engine.docker(*start_cmd).stdout.strip()

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from . import derive, fixes, rules, yamlsource
-from .errors import RecipeError, where
+from .errors import FixError, RecipeError, where
 from .paths import RECIPES, ROOT
 from .schema import Recipe
 from .yamlsource import KeyPath, Source, dotted
@@ -42,6 +42,11 @@ class LoadedRecipe:
 
     def line_of(self, keys: KeyPath) -> str:
         return locate(self.chain, keys)
+
+    @property
+    def rel_path(self) -> str:
+        """The recipe file, relative to the checkout where it is inside it."""
+        return _rel(self.path)
 
 
 def locate(chain: tuple[Source, ...], keys: KeyPath) -> str:
@@ -145,10 +150,8 @@ def load(ref: str | Path, root: Path = RECIPES) -> LoadedRecipe:
         raise RecipeError(_report(path, [_schema_problem(chain, e) for e in exc.errors()])) from None
     try:
         spec = fixes.load_profile(recipe.fixes.profile)
-    except RecipeError:
-        raise
-    except Exception as exc:  # a FixError: name where the recipe asked for it
-        raise RecipeError(str(exc), where=locate(chain, ("fixes", "profile"))) from None
+    except FixError as exc:  # name where the recipe asked for it
+        raise RecipeError(exc.what, where=locate(chain, ("fixes", "profile")), hint=exc.hint) from None
     profile = rules.Profile(name=recipe.fixes.profile, order=spec.order, opt_in=spec.opt_in)
     violations = rules.check(recipe, profile)
     if violations:

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from . import build, engine, recipes, render, standin, upstream
+from .derive import image_tags
 from .paths import ROOT
 from .progress import say
 from .recipes import LoadedRecipe
@@ -41,8 +42,6 @@ def render_recipe(ref: str, out: str | None = None, use_standin: bool = False, d
 
 
 def tags_for(loaded: LoadedRecipe, repo: str, use_standin: bool, extra: list[str] | None = None) -> list[str]:
-    from .derive import image_tags
-
     tags = image_tags(repo, loaded.id, loaded.recipe.base.vllm_gaudi.version, loaded.hash, use_standin)
     for tag in extra or []:
         if use_standin and "standin" not in tag:

@@ -44,8 +44,7 @@ def vllm_dir(version: str) -> Path:
     return root() / "vllm" / version
 
 
-def fill_command(pins: Pins) -> str:
-    return "invoke upstream.fetch  (or: invoke upstream.fetch --from /path/to/a/vllm-gaudi/mirror)"
+FILL_COMMAND = "invoke upstream.fetch  (or: invoke upstream.fetch --from /path/to/a/vllm-gaudi/mirror)"
 
 
 def is_complete(path: Path) -> bool:
@@ -59,9 +58,16 @@ def require(pins: Pins) -> tuple[Path, Path]:
     if missing:
         raise UpstreamError(
             "the upstream source cache is empty: missing " + ", ".join(missing),
-            hint=f"fill it with: {fill_command(pins)}",
+            hint=f"fill it with: {FILL_COMMAND}",
         )
     return gaudi, vllm
+
+
+def _put_in_place(tree: Path, dest: Path, marker: dict) -> None:
+    """Mark a finished tree complete and rename it into place (the marker is what `require` trusts)."""
+    (tree / MARKER).write_text(json.dumps(marker) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    tree.rename(dest)
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -112,9 +118,7 @@ def fetch_vllm_gaudi(pins: Pins, source: str = GITHUB, dry_run: bool = False) ->
         subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
         if archive.wait() != 0:
             raise UpstreamError("git archive failed")
-        (tree / MARKER).write_text(json.dumps({"source": source, "commit": commit}) + "\n")
-        shutil.rmtree(dest, ignore_errors=True)
-        tree.rename(dest)
+        _put_in_place(tree, dest, {"source": source, "commit": commit})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     say(f"vllm-gaudi: cached at {dest}")
@@ -151,10 +155,8 @@ def fetch_vllm(pins: Pins, wheel: Path | None = None, dry_run: bool = False) -> 
                 z.extract(name, tree)
         version_file = tree / "vllm" / "_version.py"
         recorded = version_file.read_text() if version_file.exists() else ""
-        (tree / MARKER).write_text(json.dumps({"wheel": Path(wheel).name, "files": len(names),
-                                               "version_file": recorded.strip().splitlines()[-1:]}) + "\n")
-        shutil.rmtree(dest, ignore_errors=True)
-        tree.rename(dest)
+        _put_in_place(tree, dest, {"wheel": Path(wheel).name, "files": len(names),
+                                   "version_file": recorded.strip().splitlines()[-1:]})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     say(f"vllm {pins.vllm_version}: {len(names)} files cached at {dest}")

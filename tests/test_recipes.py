@@ -133,3 +133,9 @@ def test_hash_is_stable_and_content_based(recipe_tree):
 
 def test_every_recipe_validates():
     assert [r.id for r in recipes.load_all()] == ["qwen3.5-27b-fp8", "qwen3.6-27b-fp8"]
+
+
+def test_unknown_fix_profile_named_at_the_recipe_line(recipe_tree):
+    root, write = recipe_tree
+    text = load_error(root, write(variant({"fixes.profile": "v9"})))
+    assert "unknown fix profile 'v9'" in text and "(key fixes.profile)" in text and "v0.26.0" in text
