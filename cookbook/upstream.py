@@ -9,6 +9,7 @@ place with a `.complete` marker, so an interrupted fetch leaves nothing that loo
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,11 @@ def require(pins: Pins) -> tuple[Path, Path]:
     return gaudi, vllm
 
 
+def redact(source: str) -> str:
+    """A source URL fit for logs and the cache marker: credentials in it are replaced."""
+    return re.sub(r"(?<=://)[^/@\s]+@", "***@", source)
+
+
 def _put_in_place(tree: Path, dest: Path, marker: dict) -> None:
     """Mark a finished tree complete and rename it into place (the marker is what `require` trusts)."""
     (tree / MARKER).write_text(json.dumps(marker) + "\n")
@@ -81,7 +87,7 @@ def fetch_vllm_gaudi(pins: Pins, source: str = GITHUB, dry_run: bool = False) ->
         return dest
     cmds = [
         ["git", "init", "-q", "--bare", "<tmp>/git"],
-        ["git", "--git-dir", "<tmp>/git", "fetch", "-q", "--depth", "1", source,
+        ["git", "--git-dir", "<tmp>/git", "fetch", "-q", "--depth", "1", redact(source),
          f"refs/tags/{pins.vllm_gaudi_version}"],
         ["git", "--git-dir", "<tmp>/git", "archive", pins.vllm_gaudi_commit, "|", "tar", "-x", "-C", str(dest)],
     ]
@@ -89,7 +95,7 @@ def fetch_vllm_gaudi(pins: Pins, source: str = GITHUB, dry_run: bool = False) ->
         for c in cmds:
             print(" ".join(c))
         return dest
-    say(f"vllm-gaudi {pins.vllm_gaudi_version}: fetching {pins.vllm_gaudi_commit[:9]} from {source}")
+    say(f"vllm-gaudi {pins.vllm_gaudi_version}: fetching {pins.vllm_gaudi_commit[:9]} from {redact(source)}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".vllm-gaudi.", dir=dest.parent))
     try:
@@ -103,14 +109,14 @@ def fetch_vllm_gaudi(pins: Pins, source: str = GITHUB, dry_run: bool = False) ->
                         pins.vllm_gaudi_commit], timeout=600)
         if got.returncode != 0:
             raise UpstreamError(
-                f"could not fetch vllm-gaudi {pins.vllm_gaudi_version} from {source}: "
-                + (got.stderr.strip().splitlines() or ["git failed"])[-1],
+                f"could not fetch vllm-gaudi {pins.vllm_gaudi_version} from {redact(source)}: "
+                + redact((got.stderr.strip().splitlines() or ["git failed"])[-1]),
                 hint="where GitHub is unreachable, give a local mirror or clone: "
                 "invoke upstream.fetch --from /path/to/vllm-gaudi",
             )
         commit = _run(["git", "--git-dir", str(git), "rev-parse", "FETCH_HEAD^{commit}"]).stdout.strip()
         if commit != pins.vllm_gaudi_commit:
-            raise UpstreamError(f"{source} has {pins.vllm_gaudi_version} at {commit}, not the pinned "
+            raise UpstreamError(f"{redact(source)} has {pins.vllm_gaudi_version} at {commit}, not the pinned "
                                 f"{pins.vllm_gaudi_commit}", hint="check the mirror, or the pin in the recipe")
         tree = tmp / "tree"
         tree.mkdir()
@@ -118,7 +124,7 @@ def fetch_vllm_gaudi(pins: Pins, source: str = GITHUB, dry_run: bool = False) ->
         subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
         if archive.wait() != 0:
             raise UpstreamError("git archive failed")
-        _put_in_place(tree, dest, {"source": source, "commit": commit})
+        _put_in_place(tree, dest, {"source": redact(source), "commit": commit})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     say(f"vllm-gaudi: cached at {dest}")

@@ -71,3 +71,18 @@ def test_empty_cache_refusal_names_the_command(cache):
     with pytest.raises(UpstreamError) as err:
         upstream.require(upstream.Pins("v0.26.0", "a" * 40, "0.26.0"))
     assert "invoke upstream.fetch" in str(err.value)
+
+
+@pytest.mark.parametrize("source,shown", [
+    ("https://user:ghp_secret@github.com/vllm-project/vllm-gaudi.git", "https://***@github.com/vllm-project/vllm-gaudi.git"),
+    ("https://github.com/vllm-project/vllm-gaudi.git", "https://github.com/vllm-project/vllm-gaudi.git"),
+    ("/srv/mirror/vllm-gaudi", "/srv/mirror/vllm-gaudi"),
+])
+def test_credentials_never_reach_logs(source, shown):
+    assert upstream.redact(source) == shown
+
+
+def test_failed_fetch_message_hides_credentials(cache):
+    with pytest.raises(UpstreamError) as err:
+        upstream.fetch_vllm_gaudi(upstream.Pins("v0.26.0", "a" * 40, "0.26.0"), "file://me:hunter2@/nonexistent")
+    assert "hunter2" not in str(err.value)
