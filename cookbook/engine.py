@@ -47,6 +47,12 @@ def builtin_buildkit(version: str) -> bool:
     return bool(m) and int(m.group(1)) < 23
 
 
+def choose(found: list[tuple[str, str, bool]]) -> Client:
+    """The first client (path, version, has buildx) that can build with BuildKit, else the first."""
+    clients = [Client(path, version, buildx or builtin_buildkit(version)) for path, version, buildx in found]
+    return next((c for c in clients if c.buildkit), clients[0])
+
+
 @functools.cache
 def client() -> Client:
     candidates = []
@@ -55,14 +61,7 @@ def client() -> Client:
             candidates.append(path)
     if not candidates:
         raise EngineError("no docker client found", hint=START_HINT)
-    found = []
-    for path in candidates:
-        version = _version(path)
-        kit = _has_buildx(path) or builtin_buildkit(version)
-        found.append(Client(path, version, kit))
-        if kit:
-            return found[-1]
-    return found[0]
+    return choose([(path, _version(path), _has_buildx(path)) for path in candidates])
 
 
 def docker(*args: str, check: bool = True, capture: bool = True, timeout: float | None = None,

@@ -66,24 +66,25 @@ def evidence_path(image_id: str) -> Path:
 
 def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = False,
         extra_pytest_args: list[str] | None = None) -> Result | None:
-    start_cmd = ["run", "-d", "--rm", "--network", "none", "--entrypoint", "sleep", image, "infinity"]
     if dry_run:
-        print(f"docker {' '.join(start_cmd)}")
+        print(f"docker run -d --network none --entrypoint sleep {image} infinity")
         print(f"{sys.executable} -m pytest {CHECKS} --hosts=docker://<container> --cookbook-expect=<file>")
         print("docker rm -f <container>")
         return None
     engine.require_daemon()
     image_id = engine.inspect(image)["Id"]
     expect = expectations(loaded, base, image)
-    container = engine.docker(*start_cmd).stdout.strip()
+    # Containers through the docker SDK (it is fine for containers; builds go through the CLI).
+    container = engine.sdk().containers.run(image, entrypoint=["sleep"], command=["infinity"], detach=True,
+                                            network_mode="none", labels={"cookbook.image-check": loaded.id})
     try:
         with tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
             expect_file = Path(tmp) / "expect.json"
             expect_file.write_text(json.dumps(expect, indent=2))
             report_file = Path(tmp) / "report.json"
             started = time.time()
-            say(f"checking {image} ({image_id[:19]}) for recipe {loaded.id} in container {container[:12]}")
-            args = [str(CHECKS), f"--hosts=docker://{container}", f"--cookbook-expect={expect_file}",
+            say(f"checking {image} ({image_id[:19]}) for recipe {loaded.id} in container {container.short_id}")
+            args = [str(CHECKS), f"--hosts=docker://{container.id}", f"--cookbook-expect={expect_file}",
                     f"--cookbook-report={report_file}", "-p", "no:cacheprovider", "-c", str(CHECKS / "pytest.ini"),
                     "--rootdir", str(CHECKS), "-rfEs", *(extra_pytest_args or [])]
             # The docker CLI testinfra calls is the one the cookbook chose (see engine.py).
@@ -91,7 +92,7 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
             proc = subprocess.run([sys.executable, "-m", "pytest", *args], env=env)
             checks = json.loads(report_file.read_text()) if report_file.is_file() else []
     finally:
-        engine.docker("rm", "-f", container, check=False)
+        container.remove(force=True)
     report = {
         "kind": "image-checks",
         "image": image,
