@@ -49,7 +49,7 @@ def validate(c, recipe=None):
 
     loaded = [r.load(recipe)] if recipe else r.load_all()
     for item in loaded:
-        print(f"ok  {item.id}  ({item.path.relative_to(item.path.parents[3])}, sha256 {item.hash[:12]})")
+        print(f"ok  {item.id}  ({item.rel_path}, sha256 {item.hash[:12]})")
 
 
 @task(help={"recipe": "recipe id or path", "out": "context folder (default build/<id>[-standin])",

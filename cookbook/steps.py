@@ -17,9 +17,14 @@ DEFAULT_REPO = "gaudi-cookbook"
 
 
 def revision() -> str | None:
-    """The cookbook checkout's commit, for the OCI revision label (None outside git)."""
-    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() if out.returncode == 0 else None
+    """The cookbook checkout's commit, for the OCI revision label (None outside git); `-dirty` when
+    the checkout has uncommitted changes, so the label never claims a commit the image is not."""
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def base_for(loaded: LoadedRecipe, use_standin: bool) -> render.Base:
