@@ -20,7 +20,7 @@ git is absent), replaces the changed files and writes the record (default
 /opt/cookbook/fix-record.json). Running it again with the same selection does nothing.
 
 --check verifies the image against its record: every patched file unchanged, the required env
-set. It is fast enough for container start-up.
+set, and the HPU mode the fixes were applied for. It is fast enough for container start-up.
 --revert reverse-applies the recorded fixes, restoring the pristine files, and removes the record.
 --list shows a profile's fixes: profile or opt-in, in this pack or not.
 --site DIR looks for the packages in DIR instead of on sys.path (tests, unusual layouts).
