@@ -516,15 +516,27 @@ def check_pristine(targets, packages):
             continue  # the missing package is already reported
         full = os.path.join(packages[package]["location"], path)
         of = f"{package}/{path} (target of {', '.join(target['fixes'])})"
-        data = read_bytes(full)
-        if data is None:
+        found = differs(full, target["sha256"])
+        if found == MISSING:
             problems.append(f"{of} is missing: {full} does not exist; use the release's base image")
-        elif sha256_bytes(data) != target["sha256"]:
+        elif found:
             problems.append(
-                f"{of}: sha256 {sha256_bytes(data)}, the pristine release file has {target['sha256']}: "
+                f"{of}: sha256 {found}, the pristine release file has {target['sha256']}: "
                 f"{full} was edited or comes from another release; reinstall the package"
             )
     return problems
+
+
+MISSING = "missing"
+
+
+def differs(path, want):
+    """None when the file's sha256 is `want`; else its sha256, or MISSING."""
+    data = read_bytes(path)
+    if data is None:
+        return MISSING
+    found = sha256_bytes(data)
+    return None if found == want else found
 
 
 # ------------------------------------------------------------------------------------- record
@@ -570,13 +582,13 @@ def drifted_files(record, locations):
             continue
         full = os.path.join(locations[package], path)
         by = ", ".join(entry.get("fixes", [])) or "no fix"
-        data = read_bytes(full)
-        if data is None:
+        found = differs(full, entry["after"])
+        if found == MISSING:
             problems.append(f"{package}/{path} (patched by {by}) is missing: {full}")
-        elif sha256_bytes(data) != entry["after"]:
+        elif found:
             problems.append(
                 f"{package}/{path} (patched by {by}) was edited after the fixes were applied: "
-                f"sha256 {sha256_bytes(data)}, recorded {entry['after']}"
+                f"sha256 {found}, recorded {entry['after']}"
             )
     return problems
 
