@@ -87,7 +87,8 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
             args = [str(CHECKS), f"--hosts=docker://{container.id}", f"--cookbook-expect={expect_file}",
                     f"--cookbook-report={report_file}", "-p", "no:cacheprovider", "-c", str(CHECKS / "pytest.ini"),
                     "--rootdir", str(CHECKS), "-rfEs", *(extra_pytest_args or [])]
-            # The docker CLI testinfra calls is the one the cookbook chose (see engine.py).
+            # The checks' own docker calls use the client the cookbook chose (engine.py); testinfra's
+            # docker backend calls `docker` from PATH, which only needs `exec`.
             env = {**engine.client().env(), "COOKBOOK_DOCKER_CLI": engine.client().path}
             proc = subprocess.run([sys.executable, "-m", "pytest", *args], env=env)
             checks = json.loads(report_file.read_text()) if report_file.is_file() else []
