@@ -64,8 +64,7 @@ def evidence_path(image_id: str) -> Path:
     return cache_dir() / "evidence" / image_id.replace("sha256:", "") / "image-checks.json"
 
 
-def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = False,
-        extra_pytest_args: list[str] | None = None) -> Result | None:
+def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = False) -> Result | None:
     if dry_run:
         print(f"docker run -d --network none --entrypoint sleep {image} infinity")
         print(f"{sys.executable} -m pytest {CHECKS} --hosts=docker://<container> --cookbook-expect=<file>")
@@ -86,7 +85,7 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
             say(f"checking {image} ({image_id[:19]}) for recipe {loaded.id} in container {container.short_id}")
             args = [str(CHECKS), f"--hosts=docker://{container.id}", f"--cookbook-expect={expect_file}",
                     f"--cookbook-report={report_file}", "-p", "no:cacheprovider", "-c", str(CHECKS / "pytest.ini"),
-                    "--rootdir", str(CHECKS), "-rfEs", *(extra_pytest_args or [])]
+                    "--rootdir", str(CHECKS), "-rfEs"]
             # The checks' own docker calls use the client the cookbook chose (engine.py); testinfra's
             # docker backend calls `docker` from PATH, which only needs `exec`.
             env = {**engine.client().env(), "COOKBOOK_DOCKER_CLI": engine.client().path}

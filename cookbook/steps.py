@@ -35,8 +35,11 @@ def base_for(loaded: LoadedRecipe, use_standin: bool) -> render.Base:
 
 def render_recipe(ref: str, out: str | None = None, use_standin: bool = False, dry_run: bool = False) -> Path:
     loaded = recipes.load(ref)
+    return render_loaded(loaded, Path(out) if out else render.default_out(loaded, use_standin), use_standin, dry_run)
+
+
+def render_loaded(loaded: LoadedRecipe, dest: Path, use_standin: bool, dry_run: bool = False) -> Path:
     files = render.context_files(loaded, base_for(loaded, use_standin), revision=revision())
-    dest = Path(out) if out else render.default_out(loaded, use_standin)
     if dry_run:
         for name, data in files.items():
             print(f"would write {dest / name} ({len(data)} bytes)")
@@ -81,7 +84,7 @@ def build_recipe(ref: str, use_standin: bool = False, tag: list[str] | None = No
     if use_standin:
         ensure_standin(loaded)
     build.ensure_base(base)
-    render_recipe(ref, str(context), use_standin)
+    render_loaded(loaded, context, use_standin)  # the recipe as loaded above: its hash is in the tags
     built = build.build(context, tags, base)
     print(f"image    {built.image_id}")
     for t in built.tags:

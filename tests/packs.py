@@ -4,7 +4,6 @@ the first. Its profile is the real v0.26.0 profile with the two put first in the
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import yaml
@@ -44,7 +43,3 @@ def make(tmp: Path, names=("selftest-runner", "selftest-request")) -> Path:
     fixes.write_index(fixes_dir=pack)
     return pack
 
-
-def copy_pack(pack: Path, dest: Path) -> Path:
-    shutil.copytree(pack, dest)
-    return dest
