@@ -150,7 +150,29 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="T
                     dry_run=dry_run)
 
 
-ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, new=fixes_new))
+@task(iterable=["fix"],
+      help={"fix": "only this fix (repeatable; default: every written fix)",
+            "keep": "lay the trees out here and keep them",
+            "upstream": "also run vllm-gaudi's own unit tests (tests/lab/upstream-pass-list.txt) on the patched tree",
+            "profile": "fix profile", "dry_run": "print what would run"})
+@edge
+def fixes_lab(c, fix=None, keep=None, upstream=False, profile="v0.26.0", dry_run=False):
+    """Prove the fixes on CPU: each fix's lab tests fail on the pristine tree and pass on the patched one."""
+    from pathlib import Path
+
+    from cookbook import fix_lab
+
+    report = fix_lab.lab(fix or None, Path(keep) if keep else None, upstream, profile, dry_run=dry_run)
+    if report is None:
+        return
+    for line in fix_lab.describe(report):
+        print(line)
+    if not report.ok:
+        raise Exit("the fix lab found problems (above)", code=1)
+
+
+ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, new=fixes_new,
+                             lab=fixes_lab))
 
 
 @task(help={"recipe": "recipe id or path", "image": "image to check (default: the recipe's moving tag)",

@@ -243,6 +243,18 @@ def pack_index(profiles: list[str] | None = None, only: list[str] | None = None,
     }
 
 
+def pack_files(profile: str, names: list[str], fixes_dir: Path | None = None) -> dict[str, bytes]:
+    """A self-contained pack of the named fixes, by path relative to the pack folder: pack.json
+    (the profile and those fixes) and their patches, as apply_all.py reads them."""
+    fixes_dir = fixes_dir or default_fixes_dir()
+    index = pack_index([profile], only=names, fixes_dir=fixes_dir)
+    files = {"pack.json": dumps(index).encode()}
+    for fix in index["fixes"].values():
+        for patch in fix["patches"]:
+            files[patch["file"]] = (fixes_dir / patch["file"]).read_bytes()
+    return files
+
+
 def dumps(index: dict) -> str:
     return json.dumps(index, indent=2, sort_keys=True) + "\n"
 

@@ -154,12 +154,9 @@ def context_files(loaded: LoadedRecipe, base: Base, fixes_dir: Path | None = Non
     profile = fixes.load_profile(r.fixes.profile, fixes_dir)
     present = fixes.resolve(profile, loaded.fixes, fixes_dir)
     files: dict[str, bytes] = {}
-    index = fixes.pack_index([r.fixes.profile], only=list(present), fixes_dir=fixes_dir)
-    files["fixes/pack.json"] = fixes.dumps(index).encode()
+    files.update({f"fixes/{rel}": data
+                  for rel, data in fixes.pack_files(r.fixes.profile, list(present), fixes_dir).items()})
     files[f"fixes/{APPLY_ALL}"] = (FIXES / APPLY_ALL).read_bytes()
-    for name in present:
-        for patch in index["fixes"][name]["patches"]:
-            files[f"fixes/{patch['file']}"] = (fixes_dir / patch["file"]).read_bytes()
     env = _env()
     files["entrypoint.py"] = env.get_template("entrypoint.py.j2").render(
         header=header(loaded), m={"recipe": {"id": loaded.id}}, model=r.model.id, port=r.image.port,

@@ -104,9 +104,21 @@ def _scm_version_file(version: str, commit: str) -> str:
             f"__commit_id__ = commit_id = 'g{commit[:9]}'\n")
 
 
-def stage_context(pins: upstream.Pins, dest: Path) -> None:
+# vllm-gaudi's setup.py entry points: how vLLM finds the HPU platform and the plugin's registrations.
+ENTRY_POINTS = """[vllm.general_plugins]
+01.hpu_custom_utils = vllm_gaudi:register_utils
+02.hpu_custom_ops = vllm_gaudi:register_ops
+03.hpu_custom_models = vllm_gaudi:register_models
+04.hpu_tool_parsers = vllm_gaudi:register_tool_parsers
+
+[vllm.platform_plugins]
+hpu = vllm_gaudi:register
+"""
+
+
+def lay_site_packages(pins: upstream.Pins, site: Path) -> None:
+    """The release's two packages laid into `site` as a pip install lays them (also the fix lab's trees)."""
     gaudi_src, vllm_src = upstream.require(pins)
-    site = dest / "site-packages"
     shutil.copytree(vllm_src / "vllm", site / "vllm")
     for info in vllm_src.glob("vllm-*.dist-info"):
         shutil.copytree(info, site / info.name)
@@ -114,6 +126,11 @@ def stage_context(pins: upstream.Pins, dest: Path) -> None:
     version = pins.vllm_gaudi_version.lstrip("v")
     (site / "vllm_gaudi" / "_version.py").write_text(_scm_version_file(version, pins.vllm_gaudi_commit))
     _dist_info(site, "vllm_gaudi", version, "vllm_gaudi")
+    (site / f"vllm_gaudi-{version}.dist-info" / "entry_points.txt").write_text(ENTRY_POINTS)
+
+
+def stage_context(pins: upstream.Pins, dest: Path) -> None:
+    lay_site_packages(pins, dest / "site-packages")
     # The console script pip makes from vLLM's entry point; it needs torch, which a stand-in lacks.
     bin_dir = dest / "bin"
     bin_dir.mkdir()

@@ -44,3 +44,7 @@ if ! .venv/bin/invoke upstream.fetch "${from_args[@]}"; then
   say "WARNING: the upstream source cache could not be filled; stand-in builds and the tests that need"
   say "         the sources will skip. Fill it with: .venv/bin/invoke upstream.fetch --from /path/to/vllm-gaudi"
 fi
+
+# The fix lab's environment (CPU torch + vLLM's pure-Python requirements), cached by the hash of
+# tests/lab/requirements.txt; the lab's tests (tests/test_fix_lab.py) need it.
+scripts/fix-lab.sh >/dev/null

@@ -1,0 +1,273 @@
+"""The fix lab: the release's real Python files, pristine and patched, exercised on a CPU.
+
+A tree is a site-packages folder laid out as the image has it (vLLM's and vllm-gaudi's Python files
+from the upstream cache, with their install metadata). The patched tree is made by the project's
+own `fixes/apply_all.py` applying the pack to a pristine tree, so the lab tests exactly what an
+image gets. The lab's tests (`tests/lab/`) run in the lab's own environment (scripts/fix-lab.sh:
+CPU torch and vLLM's pure-Python requirements) with the tree first on the path; each fix's module,
+`tests/lab/test_fix_<name>.py`, must fail on the pristine tree and pass on the patched one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import fixes, standin, upstream
+from .errors import CookbookError
+from .paths import FIXES, ROOT
+from .paths import fixes_dir as default_fixes_dir
+from .progress import say
+
+LAB_TESTS = ROOT / "tests" / "lab"
+STUBS = LAB_TESTS / "stubs"
+UPSTREAM_PASS_LIST = LAB_TESTS / "upstream-pass-list.txt"
+BUILD_SCRIPT = ROOT / "scripts" / "fix-lab.sh"
+# The env the fixes are applied under: the recipe's compile mode, and the guard gdn-prefix-cache names.
+APPLY_ENV = {"PT_HPU_LAZY_MODE": "0", "VLLM_COMPACT_GDN": "1"}
+
+
+class LabError(CookbookError):
+    """The fix lab's environment or a tree is missing or cannot be made."""
+
+
+def module_for(fix: str) -> Path:
+    return LAB_TESTS / f"test_fix_{fix.replace('-', '_')}.py"
+
+
+def fix_of(module: str) -> str | None:
+    """`test_fix_prompt_order` -> `prompt-order`; None for the lab's other modules."""
+    stem = Path(module).stem
+    return stem[len("test_fix_"):].replace("_", "-") if stem.startswith("test_fix_") else None
+
+
+def environment() -> Path:
+    """The lab's Python environment, or an error that names the command that builds it."""
+    out = subprocess.run(["bash", str(BUILD_SCRIPT), "--print"], capture_output=True, text=True, check=True)
+    env = Path(out.stdout.strip())
+    if not (env / ".complete").is_file():
+        raise LabError(f"the fix lab environment is not built ({env})", hint=f"run {BUILD_SCRIPT}")
+    return env
+
+
+def pins_for(profile: fixes.ProfileSpec) -> upstream.Pins:
+    gaudi, vllm = profile.packages["vllm_gaudi"], profile.packages["vllm"]
+    return upstream.Pins("v" + gaudi.version.lstrip("v"), gaudi.commit, vllm.version)
+
+
+def make_tree(dest: Path, profile_name: str = "v0.26.0", patched: bool = False,
+              fixes_dir: Path | None = None) -> Path:
+    """A site-packages tree of the release at `dest`; with `patched`, the profile's written fixes
+    (opt-ins included) applied by apply_all.py exactly as an image build applies them."""
+    fixes_dir = fixes_dir or default_fixes_dir()
+    profile = fixes.load_profile(profile_name, fixes_dir)
+    standin.lay_site_packages(pins_for(profile), dest)
+    if patched:
+        apply_pack(dest, profile_name, profile, fixes_dir)
+    return dest
+
+
+def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_dir: Path) -> None:
+    present = fixes.resolve(profile, profile.order, fixes_dir)
+    with tempfile.TemporaryDirectory(prefix="cookbook-labpack.") as tmp:
+        for rel, data in fixes.pack_files(profile_name, list(present), fixes_dir).items():
+            path = Path(tmp) / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        opt_in = [n for n in present if n in profile.opt_in]
+        cmd = [sys.executable, str(FIXES / "apply_all.py"), "--profile", profile_name, *opt_in, "--site", str(site),
+               "--pack", str(Path(tmp) / "pack.json"), "--record", str(site / "fix-record.json"), "--quiet"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **APPLY_ENV})
+    if proc.returncode != 0:
+        raise LabError("the fix pack does not apply to the pristine release in the lab:\n"
+                       + (proc.stderr or proc.stdout).strip(), hint="run invoke fixes.verify")
+
+
+@dataclass
+class Run:
+    """One pytest run of the lab: outcome per test node id ("passed", "failed", "skipped")."""
+
+    tree: Path
+    outcomes: dict[str, str] = field(default_factory=dict)
+    returncode: int = 0
+    output: str = ""
+
+    def by_fix(self) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = defaultdict(dict)
+        for node, outcome in self.outcomes.items():
+            fix = fix_of(node.split("::")[0])
+            if fix:
+                out[fix][node] = outcome
+        return dict(out)
+
+
+def lab_env_vars(tree: Path) -> dict[str, str]:
+    """The tree first on the path, then the stubs for the Gaudi software; upstream's own fake-HPU
+    switch; no Hub access (the lab builds what it needs)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PT_HPU"))}
+    env.update({
+        "PYTHONPATH": os.pathsep.join([str(tree), str(STUBS)]),
+        "COOKBOOK_LAB_TREE": str(tree),
+        "VLLM_USE_FAKE_HPU": "1",
+        "PT_HPU_LAZY_MODE": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "2"),
+    })
+    return env
+
+
+def run(tree: Path, targets: list[str], *, cwd: Path = LAB_TESTS, extra: list[str] | None = None,
+        timeout: int = 1200) -> Run:
+    """Run pytest in the lab environment on `tree`; outcomes come from pytest's junit XML."""
+    python = environment() / "bin" / "python"
+    with tempfile.TemporaryDirectory(prefix="cookbook-labrun.") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab_stubs",
+               f"--junitxml={junit}", "-o", "junit_family=xunit1", *(extra or []), *targets]
+        proc = subprocess.run(cmd, cwd=cwd, env=lab_env_vars(tree), capture_output=True, text=True,
+                              timeout=timeout)
+        outcomes = parse_junit(junit, cwd) if junit.is_file() else {}
+    return Run(tree, outcomes, proc.returncode, proc.stdout + proc.stderr)
+
+
+def parse_junit(path: Path, cwd: Path) -> dict[str, str]:
+    """{node id: outcome} from pytest's xunit1 junit XML (file attribute relative to `cwd`)."""
+    out = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        classname = case.get("classname", "")
+        file = case.get("file") or classname.replace(".", "/") + ".py"
+        module = file.removesuffix(".py").replace("/", ".")
+        # xunit1 puts a test class after the module in `classname`: file::Class::test
+        inner = classname[len(module) + 1:] if classname.startswith(module + ".") else ""
+        node = "::".join([file, *([inner] if inner else []), case.get("name")])
+        if case.find("skipped") is not None:
+            out[node] = "skipped"
+        elif case.find("failure") is not None or case.find("error") is not None:
+            out[node] = "failed"
+        else:
+            out[node] = "passed"
+    return out
+
+
+def written_fixes(profile_name: str = "v0.26.0", fixes_dir: Path | None = None) -> list[str]:
+    fixes_dir = fixes_dir or default_fixes_dir()
+    profile = fixes.load_profile(profile_name, fixes_dir)
+    return [n for n in profile.order if (fixes_dir / n / "fix.yaml").is_file()]
+
+
+def upstream_tests_root(profile_name: str = "v0.26.0") -> Path:
+    profile = fixes.load_profile(profile_name, default_fixes_dir())
+    gaudi, _ = upstream.require(pins_for(profile))
+    return gaudi
+
+
+def upstream_pass_list() -> list[str]:
+    lines = UPSTREAM_PASS_LIST.read_text().splitlines() if UPSTREAM_PASS_LIST.is_file() else []
+    return [ln for ln in lines if ln and not ln.startswith("#")]
+
+
+def run_upstream(tree: Path, nodes: list[str], profile_name: str = "v0.26.0") -> Run:
+    """vllm-gaudi's own unit tests (from the upstream cache, at the pinned commit) on `tree`.
+    They run from a copy of the tests folder, so the cached checkout's package never shadows the tree."""
+    src = upstream_tests_root(profile_name)
+    with tempfile.TemporaryDirectory(prefix="cookbook-upstream-tests.") as tmp:
+        shutil.copytree(src / "tests", Path(tmp) / "tests")
+        shutil.copy2(src / "pytest_compat.py", Path(tmp) / "pytest_compat.py")
+        say(f"fix lab: {len(nodes)} upstream unit tests on {tree.name}")
+        return run(tree, nodes, cwd=Path(tmp), extra=["-p", "pytest_compat", "--rootdir", tmp])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    fix: str
+    pristine: dict[str, str]
+    patched: dict[str, str]
+
+    @property
+    def problems(self) -> list[str]:
+        out = []
+        if not self.patched:
+            out.append(f"no lab tests ({module_for(self.fix).relative_to(ROOT)})")
+        out += [f"{node} passes on the pristine tree: it cannot show the bug"
+                for node, o in self.pristine.items() if o == "passed"]
+        out += [f"{node} {o} on the patched tree" for node, o in self.patched.items() if o != "passed"]
+        return out
+
+
+def verdicts(pristine: Run, patched: Run, names: list[str]) -> list[Verdict]:
+    a, b = pristine.by_fix(), patched.by_fix()
+    return [Verdict(n, a.get(n, {}), b.get(n, {})) for n in names]
+
+
+@dataclass
+class Report:
+    verdicts: list[Verdict]
+    upstream: Run | None = None
+    runs: tuple[Run, ...] = ()
+
+    @property
+    def upstream_broken(self) -> list[str]:
+        if self.upstream is None:
+            return []
+        return sorted(n for n, o in self.upstream.outcomes.items() if o != "passed")
+
+    @property
+    def ok(self) -> bool:
+        return not any(v.problems for v in self.verdicts) and not self.upstream_broken
+
+
+def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: bool = False,
+        profile_name: str = "v0.26.0", fixes_dir: Path | None = None, dry_run: bool = False) -> Report | None:
+    """`invoke fixes.lab`: both trees, the lab's tests on each, and (optionally) upstream's unit tests
+    that pass on the pristine release run on the patched one."""
+    names = only or written_fixes(profile_name, fixes_dir)
+    targets = [str(module_for(n).relative_to(LAB_TESTS)) for n in names if module_for(n).is_file()]
+    if dry_run:
+        print(f"lay out the pristine and the patched release trees in {keep or 'a temporary folder'}")
+        print(f"{environment()}/bin/python -m pytest -p lab_stubs {' '.join(targets)}  (on each tree)")
+        if with_upstream:
+            print(f"and {len(upstream_pass_list())} upstream unit tests ({UPSTREAM_PASS_LIST.name}) "
+                  "on the patched tree")
+        return None
+    with tempfile.TemporaryDirectory(prefix="cookbook-lab.") as tmp:
+        root = keep or Path(tmp)
+        trees = {}
+        for kind in ("pristine", "patched"):
+            dest = root / kind
+            if dest.exists():
+                shutil.rmtree(dest)
+            say(f"fix lab: laying out the {kind} tree in {dest}")
+            trees[kind] = make_tree(dest, profile_name, patched=kind == "patched", fixes_dir=fixes_dir)
+        runs = []
+        for kind in ("pristine", "patched"):
+            say(f"fix lab: {len(targets)} fix module(s) on the {kind} tree")
+            runs.append(run(trees[kind], targets) if targets else Run(trees[kind]))
+        report = Report(verdicts(runs[0], runs[1], names), runs=tuple(runs))
+        if with_upstream:
+            report.upstream = run_upstream(trees["patched"], upstream_pass_list(), profile_name)
+    return report
+
+
+def describe(report: Report) -> list[str]:
+    lines = [f"{'fix':36} {'pristine (must fail)':22} {'patched (must pass)':20}"]
+    for v in report.verdicts:
+        def count(outcomes: dict[str, str], want: str) -> str:
+            return f"{sum(o == want for o in outcomes.values())}/{len(outcomes)} {want}"
+
+        lines.append(f"{v.fix:36} {count(v.pristine, 'failed'):22} {count(v.patched, 'passed'):20}"
+                     + ("" if not v.problems else "  PROBLEM"))
+        lines += [f"    {p}" for p in v.problems]
+    if report.upstream is not None:
+        total = len(report.upstream.outcomes)
+        lines.append(f"upstream unit tests on the patched tree: {total - len(report.upstream_broken)}/{total} passed")
+        lines += [f"    broken: {n}" for n in report.upstream_broken]
+    return lines

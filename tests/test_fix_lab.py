@@ -1,0 +1,98 @@
+"""The fix lab (cookbook/fix_lab.py): release trees laid out as the image has them, the pack applied by
+apply_all.py, and each written fix's lab tests failing on the pristine tree and passing on the patched
+one, with vllm-gaudi's own unit tests still passing on the patched tree."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from cookbook import fix_lab
+
+WRITTEN = fix_lab.written_fixes()
+
+
+def _unavailable(why: str):
+    # A green CI must mean the lab ran: where CI=true, a missing lab is a failure, not a skip.
+    if os.environ.get("CI") == "true":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def lab_env(upstream_cache):
+    try:
+        return fix_lab.environment()
+    except fix_lab.LabError as exc:
+        _unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
+def report(lab_env, tmp_path_factory):
+    return fix_lab.lab(keep=tmp_path_factory.mktemp("lab"), with_upstream=True)
+
+
+@pytest.mark.parametrize("module, fix", [
+    ("test_fix_prompt_order.py", "prompt-order"),
+    ("tests/lab/test_fix_gather_logprobs_int32.py", "gather-logprobs-int32"),
+    ("test_lab.py", None),
+    ("test_fixture.py", None),
+])
+def test_fix_of_maps_a_lab_module_to_its_fix(module, fix):
+    assert fix_lab.fix_of(module) == fix
+    if fix:
+        assert fix_lab.module_for(fix).name == module.rsplit("/", 1)[-1]
+
+
+def test_parse_junit_reads_each_outcome(tmp_path):
+    junit = tmp_path / "j.xml"
+    junit.write_text(textwrap.dedent("""\
+        <testsuites><testsuite>
+          <testcase classname="test_fix_a" file="test_fix_a.py" name="test_ok"/>
+          <testcase classname="test_fix_a" file="test_fix_a.py" name="test_bad"><failure message="x"/></testcase>
+          <testcase classname="test_fix_a" file="test_fix_a.py" name="test_err"><error message="x"/></testcase>
+          <testcase classname="test_fix_a" file="test_fix_a.py" name="test_skip"><skipped message="x"/></testcase>
+          <testcase classname="sub.test_b.TestC" file="sub/test_b.py" name="test_in_class[1-x]"/>
+        </testsuite></testsuites>"""))
+    assert fix_lab.parse_junit(junit, tmp_path) == {
+        "test_fix_a.py::test_ok": "passed", "test_fix_a.py::test_bad": "failed",
+        "test_fix_a.py::test_err": "failed", "test_fix_a.py::test_skip": "skipped",
+        "sub/test_b.py::TestC::test_in_class[1-x]": "passed"}
+
+
+@pytest.mark.parametrize("pristine, patched, problems", [
+    ({"t::a": "failed"}, {"t::a": "passed"}, 0),
+    ({"t::a": "passed"}, {"t::a": "passed"}, 1),   # cannot show the bug
+    ({"t::a": "failed"}, {"t::a": "failed"}, 1),   # the fix does not fix it
+    ({"t::a": "failed"}, {"t::a": "skipped"}, 1),  # a skip proves nothing
+    ({}, {}, 1),                                   # no lab tests at all
+])
+def test_verdict_holds_each_fix_to_fail_pristine_and_pass_patched(pristine, patched, problems):
+    assert len(fix_lab.Verdict("x", pristine, patched).problems) == problems
+
+
+def test_the_lab_imports_the_release_from_the_tree_on_cpu(report):
+    pristine, patched = report.runs
+    for run in (pristine, patched):
+        lab = {n: o for n, o in fix_lab.run(run.tree, ["test_lab.py"]).outcomes.items()}
+        assert lab and set(lab.values()) == {"passed"}, run.tree
+
+
+def test_the_patched_tree_is_the_pack_applied_by_apply_all(report):
+    pristine, patched = report.runs
+    assert not (pristine.tree / "fix-record.json").exists()
+    assert (patched.tree / "fix-record.json").is_file()
+
+
+@pytest.mark.parametrize("fix", WRITTEN)
+def test_each_fix_fails_on_the_pristine_tree_and_passes_on_the_patched_one(report, fix):
+    verdict = next(v for v in report.verdicts if v.fix == fix)
+    assert not verdict.problems, "\n".join(verdict.problems)
+
+
+def test_upstream_unit_tests_that_pass_on_the_release_pass_on_the_patched_tree(report):
+    assert fix_lab.upstream_pass_list(), f"{fix_lab.UPSTREAM_PASS_LIST} is empty"
+    assert len(report.upstream.outcomes) == len(fix_lab.upstream_pass_list())
+    assert not report.upstream_broken, "\n".join(report.upstream_broken)
