@@ -150,7 +150,24 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="T
                     dry_run=dry_run)
 
 
-ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, new=fixes_new))
+@task(help={"to": "vllm-gaudi tag or commit to check the pack against", "from_": "git URL or local mirror of "
+            "vllm-gaudi (default GitHub; not needed when the cache has REF)", "vllm": "vLLM version on PyPI "
+            "(default: the one REF pins)", "profile": "fix profile whose pack to carry over",
+            "out": "report folder (default build/drift/REF)", "dry_run": "print what it would fetch and write"})
+@edge
+def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_run=False):
+    """What a newer release does to the pack: applies, already upstream, conflicts, target moved or gone."""
+    from pathlib import Path
+
+    from cookbook import drift
+
+    report = drift.run(to, profile, from_, vllm, Path(out) if out else None, dry_run=dry_run)
+    if report and not report.ports:
+        raise Exit(f"the pack does not port to {to} as is", code=1)
+
+
+ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, new=fixes_new,
+                             drift=fixes_drift))
 
 
 @task(help={"recipe": "recipe id or path", "image": "image to check (default: the recipe's moving tag)",
