@@ -186,3 +186,27 @@ def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbo
 
 
 ns.add_task(test)
+
+
+@task(iterable=["env"],
+      help={"recipe": "recipe id or path", "image": "the image to run, pinned: NAME@sha256:DIGEST",
+            "local": "a local tag of that image to read its labels and manifest from (default: --image)",
+            "replicas": "replicas, one Gaudi host each", "kserve": "a KServe ServingRuntime + InferenceService",
+            "env": "a run-time env override NAME=VALUE (repeatable)",
+            "hf_secret": "Secret holding HF_TOKEN (key token)",
+            "cache_claim": "PersistentVolumeClaim for the Hugging Face cache", "out": "folder (default build/k8s/ID)",
+            "standin": "render from a stand-in image anyway (it serves no model)", "dry_run": "print, write nothing"})
+@edge
+def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=1, kserve=False, env=None, hf_secret="hf-token",
+        cache_claim="hf-model-cache", out=None, standin=False, dry_run=False):
+    """Render validated Kubernetes manifests (Deployment or KServe, Service, PDB) from a recipe and its image."""
+    from pathlib import Path
+
+    from cookbook import k8s as k
+    from cookbook import recipes
+
+    opts = k.Options(image, int(replicas), kserve, k.parse_env(env), hf_secret, cache_claim)
+    k.run(recipes.load(recipe), opts, local, Path(out) if out else None, allow_standin=standin, dry_run=dry_run)
+
+
+ns.add_task(k8s)

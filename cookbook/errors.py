@@ -47,6 +47,10 @@ class CheckFailure(CookbookError):
     """An image that did not pass its checks."""
 
 
+class ManifestError(CookbookError):
+    """Kubernetes manifests that cannot be rendered from the image, or do not validate."""
+
+
 def where(path, line: int | None = None, key: str | None = None) -> str:
     """Format a location as `file:line (key a.b.c)` for error messages."""
     loc = str(path)
