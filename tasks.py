@@ -210,3 +210,25 @@ def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=1, kserve=Fal
 
 
 ns.add_task(k8s)
+
+
+@task(help={"recipe": "recipe id or path", "image": "the image to serve (default: the recipe's exact tag)",
+            "repo": "image repository prefix", "record": "save what the host said into DIR/readings.json",
+            "readings": "judge a saved readings.json instead of this host", "dry_run": "print what it would read"})
+@edge
+def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo="gaudi-cookbook", record=None, readings=None, dry_run=False):
+    """Can this host serve the recipe? Habana runtime, driver, firmware, cards, memory, cache, port, image."""
+    from pathlib import Path
+
+    from cookbook import doctor as d
+    from cookbook import recipes, steps
+
+    loaded = recipes.load(recipe)
+    image = image or steps.tags_for(loaded, repo, False)[0]
+    checks = d.run(loaded, image, Path(readings) if readings else None, Path(record) if record else None, dry_run)
+    failed = [ch.name for ch in checks or [] if ch.status == d.FAIL]
+    if failed:
+        raise Exit(f"this host cannot serve {loaded.id} yet: {', '.join(failed)}", code=1)
+
+
+ns.add_task(doctor)
