@@ -159,9 +159,9 @@ def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_r
     """What a newer release does to the pack: applies, already upstream, conflicts, target moved or gone."""
     from pathlib import Path
 
-    from cookbook import drift
+    from cookbook import fix_drift
 
-    report = drift.run(to, profile, from_, vllm, Path(out) if out else None, dry_run=dry_run)
+    report = fix_drift.run(to, profile, from_, vllm, Path(out) if out else None, dry_run=dry_run)
     if report and not report.ports:
         raise Exit(f"the pack does not port to {to} as is", code=1)
 

@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -155,20 +156,21 @@ def check_runtime(r: Readings) -> Check:
     return Check("habana runtime", OK, f"habana -> {runtimes['habana'].get('path', '?')}")
 
 
-def check_hf_cache(r: Readings) -> Check:
-    c = r.hf_cache
-    if not c.get("writable"):
-        return Check("hugging face cache", FAIL, f"{c.get('path')} is not writable: {c.get('error') or '?'}",
-                     "make it writable, or mount another with -v DIR:/root/.cache/huggingface")
-    return Check("hugging face cache", OK, f"{c['path']} is writable")
+# The two probes the reader makes: (reading, its yes/no key, what a no says, what a yes says, the mend).
+PROBES = {
+    "hugging face cache": ("hf_cache", "writable", "{path} is not writable: {error}", "{path} is writable",
+                           "make it writable, or mount another with -v DIR:/root/.cache/huggingface"),
+    "port": ("port", "free", "port {port} is taken: {error}", "port {port} is free",
+             "stop what listens there, or run the image with -p OTHER:PORT"),
+}
 
 
-def check_port(r: Readings) -> Check:
-    p = r.port
-    if not p.get("free"):
-        return Check("port", FAIL, f"port {p.get('port')} is taken: {p.get('error') or '?'}",
-                     "stop what listens there, or run the image with -p OTHER:PORT")
-    return Check("port", OK, f"port {p['port']} is free")
+def check_probe(r: Readings, name: str) -> Check:
+    part, key, bad, fine, mend = PROBES[name]
+    probe = defaultdict(lambda: "?", {k: v for k, v in getattr(r, part).items() if v is not None})
+    if not probe.get(key):
+        return Check(name, FAIL, bad.format_map(probe), mend)
+    return Check(name, OK, fine.format_map(probe))
 
 
 def check_image(r: Readings, loaded: LoadedRecipe) -> Check:
@@ -202,8 +204,8 @@ def judge(r: Readings, loaded: LoadedRecipe) -> list[Check]:
         check_firmware(r, want),
         check_cards(r, rec.hardware.cards, rec.hardware.accelerator),
         check_memory(r, rec.hardware.cards, rec.serve.gpu_memory_utilization or 0.9),
-        check_hf_cache(r),
-        check_port(r),
+        check_probe(r, "hugging face cache"),
+        check_probe(r, "port"),
         check_image(r, loaded),
     ]
 

@@ -139,6 +139,15 @@ class Options:
     cache_claim: str = "hf-model-cache"  # a PersistentVolumeClaim for the Hub cache (ReadWriteMany for replicas > 1)
 
 
+def check_options(opts: Options) -> None:
+    if not opts.image:
+        raise ManifestError("--image is required: the image to run, pinned as NAME@sha256:DIGEST")
+    if not DIGEST_REF.match(opts.image):
+        raise ManifestError(f"--image {opts.image} is not pinned by digest", hint="give NAME@sha256:<64 hex>")
+    if opts.replicas < 1:
+        raise ManifestError("--replicas must be at least 1")
+
+
 def parse_env(pairs: list[str] | None) -> tuple[tuple[str, str], ...]:
     out = []
     for pair in pairs or []:
@@ -188,10 +197,7 @@ def metadata(loaded: LoadedRecipe, facts: ImageFacts, name: str) -> dict:
 
 def render(loaded: LoadedRecipe, facts: ImageFacts, opts: Options) -> dict[str, dict]:
     """file name -> object. Pure: the recipe, the image's facts and the options decide every field."""
-    if not DIGEST_REF.match(opts.image or ""):
-        raise ManifestError(f"--image {opts.image} is not pinned by digest", hint="give NAME@sha256:<64 hex>")
-    if opts.replicas < 1:
-        raise ManifestError("--replicas must be at least 1")
+    check_options(opts)
     name = name_of(loaded.id)
     meta = metadata(loaded, facts, name)
     out: dict[str, dict] = {}
@@ -306,6 +312,7 @@ def write(files: dict[str, str], out: Path) -> None:
 
 def run(loaded: LoadedRecipe, opts: Options, local: str | None = None, out: Path | None = None,
         allow_standin: bool = False, dry_run: bool = False) -> dict[str, str]:
+    check_options(opts)
     facts = read_image(local or opts.image)
     check_image(loaded, facts, allow_standin)
     objects = render(loaded, facts, opts)

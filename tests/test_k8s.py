@@ -164,10 +164,28 @@ def test_name_of(rid, name):
     assert k8s.name_of(rid) == name
 
 
-def test_image_must_be_pinned_by_digest():
+@pytest.mark.parametrize("opts,said", [
+    (k8s.Options("gaudi-cookbook/qwen:latest"), "not pinned by digest"),
+    (k8s.Options(None), "--image is required"),
+    (k8s.Options("r/x@sha256:" + "a" * 64, replicas=0), "at least 1"),
+])
+def test_options_are_checked_before_anything(opts, said):
     facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {}, 1800, 30, 10, 3)
-    with pytest.raises(ManifestError, match="not pinned by digest"):
-        k8s.render(recipes.load(RID), facts, k8s.Options("gaudi-cookbook/qwen:latest"))
+    with pytest.raises(ManifestError, match=said):
+        k8s.render(recipes.load(RID), facts, opts)
+    with pytest.raises(ManifestError, match=said):
+        k8s.run(recipes.load(RID), opts)  # before the image is read
+
+
+@pytest.mark.parametrize("pairs,want", [(None, ()), (["A=1", "B=x=y", "C="], (("A", "1"), ("B", "x=y"), ("C", "")))])
+def test_parse_env(pairs, want):
+    assert k8s.parse_env(pairs) == want
+
+
+@pytest.mark.parametrize("bad", ["A", "1A=x", "=x"])
+def test_parse_env_refuses(bad):
+    with pytest.raises(ManifestError, match="NAME=VALUE"):
+        k8s.parse_env([bad])
 
 
 CONFIG = {"Labels": {"cookbook.recipe": RID}, "ExposedPorts": {"8000/tcp": {}},

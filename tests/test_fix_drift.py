@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cookbook import drift, fixes, upstream
+from cookbook import fix_drift as drift
+from cookbook import fixes, upstream
 from cookbook.paths import ROOT
 
 from . import packs
