@@ -212,7 +212,9 @@ def render(loaded: LoadedRecipe, facts: ImageFacts, opts: Options) -> dict[str, 
         }
         out["inferenceservice.yaml"] = {
             "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-            # RawDeployment: a plain Deployment and Service, no Knative (which cannot hold a Gaudi card idle).
+            # A plain Deployment and Service, no Knative (scale-to-zero would drop a model that takes many
+            # minutes to load). KServe 0.19+ calls the mode Standard and still takes RawDeployment, the one
+            # name older releases know too.
             "metadata": {**meta, "annotations": {**meta["annotations"],
                                                  "serving.kserve.io/deploymentMode": "RawDeployment"}},
             "spec": {"predictor": {"minReplicas": opts.replicas, "maxReplicas": opts.replicas,
