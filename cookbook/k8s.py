@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from . import engine, k8s_schema
+from .derive import hpu_mode
 from .errors import ManifestError
 from .paths import ROOT
 from .progress import say
@@ -198,6 +199,12 @@ def metadata(loaded: LoadedRecipe, facts: ImageFacts, name: str) -> dict:
 def render(loaded: LoadedRecipe, facts: ImageFacts, opts: Options) -> dict[str, dict]:
     """file name -> object. Pure: the recipe, the image's facts and the options decide every field."""
     check_options(opts)
+    overridden = {**facts.env, **dict(opts.env)}
+    want, built = hpu_mode(overridden), hpu_mode(facts.env)
+    if want != built:  # the image's start-up check (apply_all --check) holds the mode its fixes were made for
+        raise ManifestError(f"--env PT_HPU_LAZY_MODE={overridden.get('PT_HPU_LAZY_MODE')} asks for {want} mode; "
+                            f"the image's fixes were applied for {built} mode, and it would refuse to start",
+                            hint="build an image of a recipe for that mode")
     name = name_of(loaded.id)
     meta = metadata(loaded, facts, name)
     out: dict[str, dict] = {}

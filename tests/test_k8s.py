@@ -177,6 +177,15 @@ def test_options_are_checked_before_anything(opts, said):
         k8s.run(recipes.load(RID), opts)  # before the image is read
 
 
+def test_env_override_cannot_change_the_hpu_mode():
+    facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {"PT_HPU_LAZY_MODE": "0"}, 1800, 30, 10, 3)
+    opts = k8s.Options("r/x@sha256:" + "a" * 64, env=(("PT_HPU_LAZY_MODE", "1"),))
+    with pytest.raises(ManifestError, match="applied for compile mode"):
+        k8s.render(recipes.load(RID), facts, opts)
+    same = k8s.Options("r/x@sha256:" + "a" * 64, env=(("PT_HPU_LAZY_MODE", "0"), ("VLLM_SKIP_WARMUP", "false")))
+    assert k8s.render(recipes.load(RID), facts, same)
+
+
 @pytest.mark.parametrize("pairs,want", [(None, ()), (["A=1", "B=x=y", "C="], (("A", "1"), ("B", "x=y"), ("C", "")))])
 def test_parse_env(pairs, want):
     assert k8s.parse_env(pairs) == want
