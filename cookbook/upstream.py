@@ -143,10 +143,13 @@ def _fetch_tree(source: str, ref: str, want: str | None = None) -> Path:
         if got.returncode != 0 and want:
             got = _run(["git", "--git-dir", str(git), "fetch", "-q", "--depth", "1", source, want], timeout=600)
         if got.returncode != 0:
+            lines = got.stderr.strip().splitlines() or ["git failed"]
+            said = next((line for line in lines if line.startswith("fatal:")), lines[-1])
+            missing = "couldn't find remote ref" in said
             raise UpstreamError(
-                f"could not fetch vllm-gaudi {ref} from {redact(source)}: "
-                + redact((got.stderr.strip().splitlines() or ["git failed"])[-1]),
-                hint="where GitHub is unreachable, give a local mirror or clone: --from /path/to/vllm-gaudi",
+                f"could not fetch vllm-gaudi {ref} from {redact(source)}: {redact(said)}",
+                hint="name a tag, or a full 40-hex commit, of vllm-gaudi" if missing else
+                "where GitHub is unreachable, give a local mirror or clone: --from /path/to/vllm-gaudi",
             )
         commit = _run(["git", "--git-dir", str(git), "rev-parse", "FETCH_HEAD^{commit}"]).stdout.strip()
         if want and commit != want:

@@ -101,3 +101,10 @@ def test_fetch_a_commit(cache, origin):
     repo, commit = origin
     dest = upstream.fetch_ref(commit, f"file://{repo}")
     assert dest.name == commit and "ref" not in (dest / upstream.MARKER).read_text()
+
+
+def test_unknown_ref_is_named_as_such(cache, origin):
+    repo, _ = origin
+    with pytest.raises(UpstreamError) as err:
+        upstream.fetch_ref("v9.9.9", str(repo))
+    assert "couldn't find remote ref refs/tags/v9.9.9" in str(err.value) and "40-hex commit" in str(err.value)
