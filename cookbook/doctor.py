@@ -25,8 +25,9 @@ from .errors import HostError
 from .recipes import LoadedRecipe
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
-# hl-smi's product names: HL-225 is Gaudi 2; HL-325L / HL-328 / HL-338 are Gaudi 3 cards and boards.
-PRODUCTS = {"gaudi2": ("HL-225",), "gaudi3": ("HL-325", "HL-328", "HL-338")}
+# hl-smi's Product Name: Gaudi 2 parts are HL-225 (and its letter variants); Gaudi 3 parts are
+# numbered HL-3xx (OAM and PCIe cards alike); Gaudi 1's HL-205 is neither.
+PRODUCTS = {"gaudi2": ("HL-225",), "gaudi3": ("HL-3",)}
 RUNTIME_HINT = ('register it in /etc/docker/daemon.json: "runtimes": {"habana": {"path": '
                 '"/usr/bin/habana-container-runtime"}} (package habanalabs-container-runtime), then restart docker')
 
@@ -290,6 +291,13 @@ def read(loaded: LoadedRecipe, image: str) -> Readings:
                     image=_image(image))
 
 
+def load_readings(path: Path) -> Readings:
+    try:
+        return Readings.from_json(path.read_text())
+    except (OSError, ValueError, TypeError) as exc:
+        raise HostError(f"{path} is not a readings file of `invoke doctor --record`: {exc}") from None
+
+
 def table(checks: list[Check]) -> str:
     width = max(len(c.name) for c in checks)
     lines = []
@@ -308,7 +316,7 @@ def run(loaded: LoadedRecipe, image: str, readings: Path | None = None, record: 
         for cmd in COMMANDS:
             print(cmd.replace("IMAGE", image).replace("PORT", str(loaded.recipe.image.port)))
         return None
-    r = Readings.from_json(readings.read_text()) if readings else read(loaded, image)
+    r = load_readings(readings) if readings else read(loaded, image)
     if record:
         record.mkdir(parents=True, exist_ok=True)
         tmp = record / ".readings.json.tmp"

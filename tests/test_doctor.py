@@ -174,3 +174,10 @@ def test_run_refuses_saved_readings_without_gaudi(tmp_path):
     (tmp_path / "r.json").write_text(doctor.Readings(hl_smi=None).to_json())
     with pytest.raises(HostError, match="no Gaudi on this host"):
         doctor.run(LOADED, "img", readings=tmp_path / "r.json")
+
+
+@pytest.mark.parametrize("text", ["not json", '{"hl_smi": null, "colour": 1}'])
+def test_a_bad_readings_file_is_one_message(tmp_path, text):
+    (tmp_path / "r.json").write_text(text)
+    with pytest.raises(HostError, match="is not a readings file"):
+        doctor.run(LOADED, "img", readings=tmp_path / "r.json")
