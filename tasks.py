@@ -171,8 +171,26 @@ def fixes_lab(c, fix=None, keep=None, upstream=False, profile="v0.26.0", dry_run
         raise Exit("the fix lab found problems (above)", code=1)
 
 
+
+@task(help={"to": "vllm-gaudi tag or commit to check the pack against", "from_": "git URL or local mirror of "
+            "vllm-gaudi (default GitHub; not needed when the cache has REF)", "vllm": "vLLM version on PyPI "
+            "(default: the one REF pins)", "profile": "fix profile whose pack to carry over",
+            "out": "report folder (default build/drift/REF)", "dry_run": "print what it would fetch and write"})
+@edge
+def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_run=False):
+    """What a newer release does to the pack: applies, already upstream, conflicts, target moved or gone."""
+    from pathlib import Path
+
+    from cookbook import fix_drift
+
+    report = fix_drift.run(to, profile, from_, vllm, Path(out) if out else None, dry_run=dry_run)
+    if report and not report.ports:
+        raise Exit(f"the pack does not port to {to} as is", code=1)
+
+
+
 ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, new=fixes_new,
-                             lab=fixes_lab))
+                             lab=fixes_lab, drift=fixes_drift))
 
 
 @task(help={"recipe": "recipe id or path", "image": "image to check (default: the recipe's moving tag)",
@@ -191,3 +209,49 @@ def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbo
 
 
 ns.add_task(test)
+
+
+@task(iterable=["env"],
+      help={"recipe": "recipe id or path", "image": "the image to run, pinned: NAME@sha256:DIGEST",
+            "local": "a local tag of that image to read its labels and manifest from (default: --image)",
+            "replicas": "replicas, one Gaudi host each", "kserve": "a KServe ServingRuntime + InferenceService",
+            "env": "a run-time env override NAME=VALUE (repeatable)",
+            "hf_secret": "Secret holding HF_TOKEN (key token)",
+            "cache_claim": "PersistentVolumeClaim for the Hugging Face cache", "out": "folder (default build/k8s/ID)",
+            "standin": "render from a stand-in image anyway (it serves no model)", "dry_run": "print, write nothing"})
+@edge
+def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=1, kserve=False, env=None, hf_secret="hf-token",
+        cache_claim="hf-model-cache", out=None, standin=False, dry_run=False):
+    """Render validated Kubernetes manifests (Deployment or KServe, Service, PDB) from a recipe and its image."""
+    from pathlib import Path
+
+    from cookbook import k8s as k
+    from cookbook import recipes
+
+    opts = k.Options(image, int(replicas), kserve, k.parse_env(env), hf_secret, cache_claim)
+    k.run(recipes.load(recipe), opts, local, Path(out) if out else None, allow_standin=standin, dry_run=dry_run)
+
+
+ns.add_task(k8s)
+
+
+@task(help={"recipe": "recipe id or path", "image": "the image to serve (default: the recipe's exact tag)",
+            "repo": "image repository prefix", "record": "save what the host said into DIR/readings.json",
+            "readings": "judge a saved readings.json instead of this host", "dry_run": "print what it would read"})
+@edge
+def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo="gaudi-cookbook", record=None, readings=None, dry_run=False):
+    """Can this host serve the recipe? Habana runtime, driver, firmware, cards, memory, cache, port, image."""
+    from pathlib import Path
+
+    from cookbook import doctor as d
+    from cookbook import recipes, steps
+
+    loaded = recipes.load(recipe)
+    image = image or steps.tags_for(loaded, repo, False)[0]
+    checks = d.run(loaded, image, Path(readings) if readings else None, Path(record) if record else None, dry_run)
+    failed = [ch.name for ch in checks or [] if ch.status == d.FAIL]
+    if failed:
+        raise Exit(f"this host cannot serve {loaded.id} yet: {', '.join(failed)}", code=1)
+
+
+ns.add_task(doctor)

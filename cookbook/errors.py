@@ -47,6 +47,14 @@ class CheckFailure(CookbookError):
     """An image that did not pass its checks."""
 
 
+class ManifestError(CookbookError):
+    """Kubernetes manifests that cannot be rendered from the image, or do not validate."""
+
+
+class HostError(CookbookError):
+    """A host that cannot serve a recipe at all (no Gaudi), said in one line by `invoke doctor`."""
+
+
 def where(path, line: int | None = None, key: str | None = None) -> str:
     """Format a location as `file:line (key a.b.c)` for error messages."""
     loc = str(path)

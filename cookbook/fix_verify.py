@@ -18,6 +18,8 @@ class Outcome:
     fix: str
     status: str  # applies | already upstream | conflicts | target differs | not written
     detail: str = ""
+    patch: fixes.PatchRef | None = None  # for a conflict: the patch that failed, and what the tool said
+    said: str = ""
 
 
 def verify(profile_name: str, fixes_dir: Path | None = None) -> list[Outcome]:
@@ -45,6 +47,12 @@ def _verify_one(name: str, spec: fixes.FixSpec, roots: dict[str, Path], staging:
             if found != sha:
                 return Outcome(name, "target differs",
                                f"{t.package}/{path}: the release has {found[:12]}, fix.yaml says {sha[:12]}")
+    return patch_verdict(name, spec, staging, fixes_dir)
+
+
+def patch_verdict(name: str, spec: fixes.FixSpec, staging: Path, fixes_dir: Path) -> Outcome:
+    """Check a fix's patches against the staged files; when they all apply, apply them so the fixes after
+    it see the tree they were made against. Also what `fixes.drift` asks of a newer release."""
     for patch in spec.patches:
         ok, said = apply_patch(fixes_dir, name, patch.file, patch.package, staging, check_only=True)
         if ok:
@@ -52,7 +60,7 @@ def _verify_one(name: str, spec: fixes.FixSpec, roots: dict[str, Path], staging:
         back, _ = apply_patch(fixes_dir, name, patch.file, patch.package, staging, reverse=True, check_only=True)
         if back:
             return Outcome(name, "already upstream", f"{patch.file} reverse-applies: its change is in the release")
-        return Outcome(name, "conflicts", f"{patch.file}: {said}")
+        return Outcome(name, "conflicts", f"{patch.file}: {said}", patch, said)
     for patch in spec.patches:  # all of the fix's patches check out: apply them for the fixes after it
         apply_patch(fixes_dir, name, patch.file, patch.package, staging)
     return Outcome(name, "applies")

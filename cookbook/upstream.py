@@ -85,49 +85,92 @@ def fetch_vllm_gaudi(pins: Pins, source: str = GITHUB, dry_run: bool = False) ->
     if is_complete(dest):
         say(f"vllm-gaudi {pins.vllm_gaudi_commit[:9]}: cached at {dest}")
         return dest
-    cmds = [
-        ["git", "init", "-q", "--bare", "<tmp>/git"],
-        ["git", "--git-dir", "<tmp>/git", "fetch", "-q", "--depth", "1", redact(source),
-         f"refs/tags/{pins.vllm_gaudi_version}"],
-        ["git", "--git-dir", "<tmp>/git", "archive", pins.vllm_gaudi_commit, "|", "tar", "-x", "-C", str(dest)],
-    ]
     if dry_run:
-        for c in cmds:
-            print(" ".join(c))
+        _print_fetch(source, pins.vllm_gaudi_version, str(dest))
         return dest
-    say(f"vllm-gaudi {pins.vllm_gaudi_version}: fetching {pins.vllm_gaudi_commit[:9]} from {redact(source)}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".vllm-gaudi.", dir=dest.parent))
+    return _fetch_tree(source, pins.vllm_gaudi_version, want=pins.vllm_gaudi_commit)
+
+
+def fetch_ref(ref: str, source: str = GITHUB, dry_run: bool = False) -> Path:
+    """vllm-gaudi at any tag or commit (`fixes.drift --to REF`), cached under its commit like the pinned
+    one; the marker remembers the ref, so `cached_ref` finds it again without the source."""
+    found = cached_ref(ref)
+    if found:
+        say(f"vllm-gaudi {ref}: cached at {found}")
+        return found
+    if dry_run:
+        _print_fetch(source, ref, str(root() / "vllm-gaudi" / "<its commit>"))
+        return root() / "vllm-gaudi" / ref
+    return _fetch_tree(source, ref)
+
+
+def cached_ref(ref: str) -> Path | None:
+    """The complete cache entry for a commit, or for a ref an earlier `fetch_ref` recorded."""
+    base = root() / "vllm-gaudi"
+    if re.fullmatch(r"[0-9a-f]{40}", ref) and is_complete(base / ref):
+        return base / ref
+    for marker in sorted(base.glob(f"*/{MARKER}")):
+        try:
+            if json.loads(marker.read_text()).get("ref") == ref:
+                return marker.parent
+        except ValueError:
+            continue
+    return None
+
+
+def _print_fetch(source: str, ref: str, dest: str) -> None:
+    for c in (["git", "init", "-q", "--bare", "<tmp>/git"],
+              ["git", "--git-dir", "<tmp>/git", "fetch", "-q", "--depth", "1", redact(source), _refspec(ref)],
+              ["git", "--git-dir", "<tmp>/git", "archive", "FETCH_HEAD", "|", "tar", "-x", "-C", dest]):
+        print(" ".join(c))
+
+
+def _refspec(ref: str) -> str:
+    return ref if re.fullmatch(r"[0-9a-f]{40}", ref) else f"refs/tags/{ref}"
+
+
+def _fetch_tree(source: str, ref: str, want: str | None = None) -> Path:
+    """Fetch one tag or commit from source and put its tree in the cache under its commit. With `want`,
+    the ref must be at that commit (the recipe's pin); some mirrors carry the commit but not the tag."""
+    say(f"vllm-gaudi {ref}: fetching from {redact(source)}")
+    base = root() / "vllm-gaudi"
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".vllm-gaudi.", dir=base))
     try:
         git = tmp / "git"
         _run(["git", "init", "-q", "--bare", str(git)], check=True)
-        got = _run(["git", "--git-dir", str(git), "fetch", "-q", "--depth", "1", source,
-                    f"refs/tags/{pins.vllm_gaudi_version}"], timeout=600)
+        got = _run(["git", "--git-dir", str(git), "fetch", "-q", "--depth", "1", source, _refspec(ref)], timeout=600)
+        if got.returncode != 0 and want:
+            got = _run(["git", "--git-dir", str(git), "fetch", "-q", "--depth", "1", source, want], timeout=600)
         if got.returncode != 0:
-            # Some mirrors carry the commit but not the tag.
-            got = _run(["git", "--git-dir", str(git), "fetch", "-q", "--depth", "1", source,
-                        pins.vllm_gaudi_commit], timeout=600)
-        if got.returncode != 0:
+            lines = got.stderr.strip().splitlines() or ["git failed"]
+            said = next((line for line in lines if line.startswith("fatal:")), lines[-1])
+            missing = "couldn't find remote ref" in said
             raise UpstreamError(
-                f"could not fetch vllm-gaudi {pins.vllm_gaudi_version} from {redact(source)}: "
-                + redact((got.stderr.strip().splitlines() or ["git failed"])[-1]),
-                hint="where GitHub is unreachable, give a local mirror or clone: "
-                "invoke upstream.fetch --from /path/to/vllm-gaudi",
+                f"could not fetch vllm-gaudi {ref} from {redact(source)}: {redact(said)}",
+                hint="name a tag, or a full 40-hex commit, of vllm-gaudi" if missing else
+                "where GitHub is unreachable, give a local mirror or clone: --from /path/to/vllm-gaudi",
             )
         commit = _run(["git", "--git-dir", str(git), "rev-parse", "FETCH_HEAD^{commit}"]).stdout.strip()
-        if commit != pins.vllm_gaudi_commit:
-            raise UpstreamError(f"{redact(source)} has {pins.vllm_gaudi_version} at {commit}, not the pinned "
-                                f"{pins.vllm_gaudi_commit}", hint="check the mirror, or the pin in the recipe")
+        if want and commit != want:
+            raise UpstreamError(f"{redact(source)} has {ref} at {commit}, not the pinned {want}",
+                                hint="check the mirror, or the pin in the recipe")
+        dest = base / commit
+        if is_complete(dest):
+            return dest
         tree = tmp / "tree"
         tree.mkdir()
         archive = subprocess.Popen(["git", "--git-dir", str(git), "archive", commit], stdout=subprocess.PIPE)
         subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
         if archive.wait() != 0:
             raise UpstreamError("git archive failed")
-        _put_in_place(tree, dest, {"source": redact(source), "commit": commit})
+        marker = {"source": redact(source), "commit": commit}
+        if ref != commit:
+            marker["ref"] = ref
+        _put_in_place(tree, dest, marker)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    say(f"vllm-gaudi: cached at {dest}")
+    say(f"vllm-gaudi {ref}: cached at {dest}")
     return dest
 
 

@@ -1,9 +1,12 @@
-"""A small fix pack the tests make against the real release sources (the upstream cache), through
-the same `fixes.new` path an engineer uses: two generic fixes, one per package, the second requiring
-the first. Its profile is the real v0.26.0 profile with the two put first in the order."""
+"""Small fix packs the tests make against the real release sources (the upstream cache), through the
+same `fixes.new` path an engineer uses. `make` is two generic fixes, one per package, the second
+requiring the first; `build` makes any pack of one-file edits. Each profile is the real v0.26.0
+profile with the test's fixes put first in the order."""
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -17,29 +20,53 @@ REQUEST = "v1/request.py"
 MARK = "# cookbook selftest: this line was added by a test fix\n"
 
 
-def edited_copy(src_root: Path, rel: str, dest: Path) -> Path:
-    """A copy of one package file with a marker line inserted after its first line."""
-    target = dest / rel
-    target.parent.mkdir(parents=True, exist_ok=True)
-    lines = (src_root / rel).read_text().splitlines(keepends=True)
-    target.write_text("".join(lines[:1] + [MARK] + lines[1:]))
-    return dest
+def mark_first_line(text: str) -> str:
+    """The file with the marker line inserted after its first line."""
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[:1] + [MARK] + lines[1:])
 
 
-def make(tmp: Path, names=("selftest-runner", "selftest-request")) -> Path:
+def mark_in(qualname: str) -> Callable[[str], str]:
+    """An edit that inserts the marker as the first statement of a def (Class.method or function)."""
+
+    def edit(text: str) -> str:
+        node = find(text, qualname)
+        first = node.body[0]
+        lines = text.splitlines(keepends=True)
+        lines.insert(first.lineno - 1, " " * first.col_offset + MARK)
+        return "".join(lines)
+
+    return edit
+
+
+def find(text: str, qualname: str) -> ast.AST:
+    node = ast.parse(text)
+    for part in qualname.split("."):
+        node = next(n for n in node.body if getattr(n, "name", None) == part)
+    return node
+
+
+def build(tmp: Path, edits: list[tuple[str, str, str, Callable[[str], str]]],
+          requires: dict[str, list[str]] | None = None) -> Path:
+    """A pack of fixes (name, package, file, edit), each made by `fixes.new` from an edited copy."""
     pack = tmp / "fixes"
     (pack / "profiles").mkdir(parents=True)
     profile = yaml.safe_load((FIXES / "profiles" / "v0.26.0.yaml").read_text())
-    profile["order"] = list(names) + profile["order"]
+    profile["order"] = [name for name, *_ in edits] + profile["order"]
     (pack / "profiles" / "v0.26.0.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
     roots = package_roots(fixes.load_profile("v0.26.0", pack))
-    runner, request = names
-    fix_new.new_fix(runner, edited_copy(roots["vllm_gaudi"], RUNNER, tmp / "edit-gaudi"), "vllm_gaudi", "v0.26.0",
-                    title="Test fix on the runner", why="tests need a real patch", how="adds a comment line",
-                    fixes_dir=pack)
-    fix_new.new_fix(request, edited_copy(roots["vllm"], REQUEST, tmp / "edit-vllm"), "vllm", "v0.26.0",
-                    title="Test fix on vLLM", why="tests need a patch on each package", how="adds a comment line",
-                    requires=[runner], fixes_dir=pack)
+    for name, package, rel, edit in edits:
+        target = tmp / f"edit-{name}" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(edit((roots[package] / rel).read_text()))
+        fix_new.new_fix(name, tmp / f"edit-{name}", package, "v0.26.0", title=f"Test fix {name}",
+                        why="tests need a real patch", how="adds a comment line",
+                        requires=(requires or {}).get(name), fixes_dir=pack)
     fixes.write_index(fixes_dir=pack)
     return pack
 
+
+def make(tmp: Path, names=("selftest-runner", "selftest-request")) -> Path:
+    runner, request = names
+    return build(tmp, [(runner, "vllm_gaudi", RUNNER, mark_first_line), (request, "vllm", REQUEST, mark_first_line)],
+                 requires={request: [runner]})

@@ -86,3 +86,25 @@ def test_failed_fetch_message_hides_credentials(cache):
     with pytest.raises(UpstreamError) as err:
         upstream.fetch_vllm_gaudi(upstream.Pins("v0.26.0", "a" * 40, "0.26.0"), "file://me:hunter2@/nonexistent")
     assert "hunter2" not in str(err.value)
+
+
+def test_fetch_any_ref_and_find_it_again_by_name(cache, origin):
+    repo, commit = origin
+    dest = upstream.fetch_ref("v0.26.0", str(repo))
+    assert dest.name == commit and (dest / "vllm_gaudi" / "__init__.py").is_file()
+    assert upstream.cached_ref("v0.26.0") == dest and upstream.cached_ref(commit) == dest
+    assert upstream.fetch_ref("v0.26.0", "/nonexistent") == dest  # cached: no fetch at all
+    assert upstream.cached_ref("v9.9.9") is None
+
+
+def test_fetch_a_commit(cache, origin):
+    repo, commit = origin
+    dest = upstream.fetch_ref(commit, f"file://{repo}")
+    assert dest.name == commit and "ref" not in (dest / upstream.MARKER).read_text()
+
+
+def test_unknown_ref_is_named_as_such(cache, origin):
+    repo, _ = origin
+    with pytest.raises(UpstreamError) as err:
+        upstream.fetch_ref("v9.9.9", str(repo))
+    assert "couldn't find remote ref refs/tags/v9.9.9" in str(err.value) and "40-hex commit" in str(err.value)

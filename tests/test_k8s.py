@@ -1,0 +1,249 @@
+"""invoke k8s: manifests rendered from a real stand-in image of qwen3.5-27b-fp8 (built on the engine, read
+with the Docker SDK), checked against what the image says when asked another way (docker inspect, cat
+of its manifest), and validated against the Kubernetes and KServe schemas. No cluster runs here."""
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from cookbook import engine, k8s, recipes, steps
+from cookbook.errors import ManifestError
+from cookbook.paths import ROOT
+
+RID = "qwen3.5-27b-fp8"
+REPO = "cookbook-test-k8s"  # this module's own image tags, removed at the end
+
+
+@pytest.fixture(scope="module")
+def built(docker_engine, upstream_cache):
+    image = steps.build_recipe(RID, use_standin=True, repo=REPO)
+    yield image
+    for tag in image.tags:
+        engine.docker("rmi", tag, check=False)  # untags; the layers stay shared with the other tags
+
+
+@pytest.fixture(scope="module")
+def truth(built):
+    """The image as docker inspect and its own manifest file say, independent of k8s.read_image."""
+    config = engine.inspect(built.image_id)["Config"]
+    manifest = json.loads(engine.docker("run", "--rm", "--entrypoint", "cat", built.image_id,
+                                        k8s.MANIFEST_IN_IMAGE).stdout)
+    return config, manifest
+
+
+@pytest.fixture(scope="module")
+def facts(built):
+    return k8s.read_image(built.tags[0])
+
+
+def digest_ref(built) -> str:
+    # A local build has no registry digest; its image id has the same form and stands in for one.
+    return f"registry.example/{RID}@{built.image_id}"
+
+
+def rendered(built, facts, **kw):
+    opts = k8s.Options(image=digest_ref(built), **kw)
+    return k8s.render(recipes.load(RID), facts, opts)
+
+
+def containers(objects):
+    if "deployment.yaml" in objects:
+        return objects["deployment.yaml"]["spec"]["template"]["spec"]["containers"]
+    return objects["servingruntime.yaml"]["spec"]["containers"]
+
+
+@pytest.mark.docker
+def test_facts_are_the_images(facts, truth):
+    config, manifest = truth
+    assert facts.port == manifest["port"] and f"{facts.port}/tcp" in config["ExposedPorts"]
+    assert facts.health_path == manifest["health_path"] and facts.env == manifest["env"]
+    assert facts.start_period_s * 10**9 == config["Healthcheck"]["StartPeriod"]
+    assert facts.labels == config["Labels"] and facts.standin
+
+
+MODES = [dict(replicas=1), dict(replicas=3), dict(replicas=1, kserve=True), dict(replicas=2, kserve=True)]
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: f"{'kserve' if m.get('kserve') else 'plain'}-{m['replicas']}")
+def test_manifests_agree_with_the_image(built, facts, truth, mode):
+    config, manifest = truth
+    objects = rendered(built, facts, env=(("VLLM_SKIP_WARMUP", "false"),), **mode)
+    k8s.validate(objects)  # every object passes its schema
+    (c,) = containers(objects)
+    assert c["image"] == digest_ref(built)
+    assert c["ports"] == [{"name": "http", "containerPort": manifest["port"], "protocol": "TCP"}]
+    assert c["resources"]["limits"] == {"habana.ai/gaudi": str(recipes.load(RID).recipe.hardware.cards)}
+    check = config["Healthcheck"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": manifest["health_path"], "port": "http"}
+        assert c[probe]["timeoutSeconds"] * 10**9 == check["Timeout"]
+    startup = c["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] * 10**9 >= check["StartPeriod"]
+    assert c["livenessProbe"]["periodSeconds"] * 10**9 == check["Interval"]
+    assert c["livenessProbe"]["failureThreshold"] == check["Retries"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "hf-token", "key": "token", "optional": True}}}  # by reference, never a value
+    assert env["VLLM_SKIP_WARMUP"]["value"] == "false"  # the override given
+    assert not (set(env) - {"HF_TOKEN", "VLLM_SKIP_WARMUP"}) & set(manifest["env"])  # the rest is in the image
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts == {"model-cache": k8s.HF_CACHE, "dshm": "/dev/shm"}
+    vols = {v["name"]: v for v in (objects.get("deployment.yaml", {}).get("spec", {}).get("template", {})
+                                    .get("spec") or objects["servingruntime.yaml"]["spec"])["volumes"]}
+    assert vols["dshm"]["emptyDir"] == {"medium": "Memory"}
+    assert ("pdb.yaml" in objects) == (mode["replicas"] > 1)
+    assert ("service.yaml" in objects) == (not mode.get("kserve"))
+    if "service.yaml" in objects:
+        assert objects["service.yaml"]["spec"]["ports"][0]["port"] == manifest["port"]
+        assert objects["service.yaml"]["spec"]["selector"] == objects["deployment.yaml"]["spec"]["selector"][
+            "matchLabels"]
+    if mode.get("kserve"):
+        predictor = objects["inferenceservice.yaml"]["spec"]["predictor"]
+        assert predictor["minReplicas"] == predictor["maxReplicas"] == mode["replicas"]
+        assert predictor["model"]["runtime"] == objects["servingruntime.yaml"]["metadata"]["name"]
+    else:
+        assert objects["deployment.yaml"]["spec"]["replicas"] == mode["replicas"]
+    labels = config["Labels"]
+    meta = next(iter(objects.values()))["metadata"]
+    assert meta["annotations"]["cookbook.recipe.hash"] == labels["cookbook.recipe.hash"]
+
+
+def sample(kserve: bool) -> dict[str, dict]:
+    """Rendered without an image (facts as schema_samples makes them): for the validation table."""
+    loaded = recipes.load(RID)
+    facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {}, 1800, 30, 10, 3)
+    return k8s.render(loaded, facts, k8s.Options("r.example/x@sha256:" + "a" * 64, replicas=2, kserve=kserve))
+
+
+def first_container(objects):
+    return containers(objects)[0]
+
+
+BROKEN = [
+    ("unknown field in a Deployment's container", False, "deployment.yaml",
+     lambda o: first_container(o).update(cpus=2), "cpus"),
+    ("a port as text", False, "service.yaml", lambda o: o["service.yaml"]["spec"]["ports"][0].update(port="http"),
+     "spec.ports.0.port"),
+    ("PDB without a selector's kind of value", False, "pdb.yaml",
+     lambda o: o["pdb.yaml"]["spec"].update(selector="all"), "spec.selector"),
+    ("replicas as text in an InferenceService", True, "inferenceservice.yaml",
+     lambda o: o["inferenceservice.yaml"]["spec"]["predictor"].update(minReplicas="two"), "minReplicas"),
+    ("unknown field in a ServingRuntime's container", True, "servingruntime.yaml",
+     lambda o: first_container(o).update(gpus=1), "gpus"),
+    ("a ServingRuntime container without a name", True, "servingruntime.yaml",
+     lambda o: first_container(o).pop("name"), "'name' is a required property"),
+]
+
+
+@pytest.mark.parametrize("why,kserve,file,breakage,said", BROKEN, ids=[b[0] for b in BROKEN])
+def test_validation_refuses(why, kserve, file, breakage, said):
+    objects = sample(kserve)
+    k8s.validate(copy.deepcopy(objects))  # unbroken, they pass
+    breakage(objects)
+    with pytest.raises(ManifestError) as err:
+        k8s.validate(objects)
+    assert f"{file}: " in str(err.value) and said in str(err.value)
+
+
+def test_no_yaml_aliases_and_a_header():
+    files = k8s.dump(recipes.load(RID), sample(False), "x@sha256:" + "a" * 64)
+    for text in files.values():
+        assert "&id" not in text and "*id" not in text
+        assert text.startswith("# DO NOT EDIT")
+        assert yaml.safe_load(text)["apiVersion"]
+
+
+@pytest.mark.parametrize("rid,name", [("qwen3.5-27b-fp8", "qwen3-5-27b-fp8"), ("3b_Model", "r-3b-model"),
+                                      ("a" * 70, "a" * 63)])
+def test_name_of(rid, name):
+    assert k8s.name_of(rid) == name
+
+
+@pytest.mark.parametrize("opts,said", [
+    (k8s.Options("gaudi-cookbook/qwen:latest"), "not pinned by digest"),
+    (k8s.Options(None), "--image is required"),
+    (k8s.Options("r/x@sha256:" + "a" * 64, replicas=0), "at least 1"),
+])
+def test_options_are_checked_before_anything(opts, said):
+    facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {}, 1800, 30, 10, 3)
+    with pytest.raises(ManifestError, match=said):
+        k8s.render(recipes.load(RID), facts, opts)
+    with pytest.raises(ManifestError, match=said):
+        k8s.run(recipes.load(RID), opts)  # before the image is read
+
+
+def test_env_override_cannot_change_the_hpu_mode():
+    facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {"PT_HPU_LAZY_MODE": "0"}, 1800, 30, 10, 3)
+    opts = k8s.Options("r/x@sha256:" + "a" * 64, env=(("PT_HPU_LAZY_MODE", "1"),))
+    with pytest.raises(ManifestError, match="applied for compile mode"):
+        k8s.render(recipes.load(RID), facts, opts)
+    same = k8s.Options("r/x@sha256:" + "a" * 64, env=(("PT_HPU_LAZY_MODE", "0"), ("VLLM_SKIP_WARMUP", "false")))
+    assert k8s.render(recipes.load(RID), facts, same)
+
+
+@pytest.mark.parametrize("pairs,want", [(None, ()), (["A=1", "B=x=y", "C="], (("A", "1"), ("B", "x=y"), ("C", "")))])
+def test_parse_env(pairs, want):
+    assert k8s.parse_env(pairs) == want
+
+
+@pytest.mark.parametrize("bad", ["A", "1A=x", "=x"])
+def test_parse_env_refuses(bad):
+    with pytest.raises(ManifestError, match="NAME=VALUE"):
+        k8s.parse_env([bad])
+
+
+CONFIG = {"Labels": {"cookbook.recipe": RID}, "ExposedPorts": {"8000/tcp": {}},
+          "Healthcheck": {"Test": ["CMD", "x"], "StartPeriod": 1800 * 10**9, "Interval": 30 * 10**9,
+                          "Timeout": 10 * 10**9, "Retries": 3}}
+MANIFEST = {"port": 8000, "health_path": "/health", "env": {}}
+
+
+@pytest.mark.parametrize("change,said", [
+    ({"Labels": {}}, "no cookbook.recipe label"),
+    ({"ExposedPorts": {"9000/tcp": {}}}, "exposes 9000/tcp"),
+    ({"Healthcheck": None}, "no HEALTHCHECK"),
+])
+def test_facts_refuse_an_image_that_is_not_a_recipe_image(change, said):
+    with pytest.raises(ManifestError, match=said):
+        k8s.facts_of({**CONFIG, **change}, MANIFEST)
+
+
+def test_check_image_refuses_standin_and_another_recipe():
+    loaded = recipes.load(RID)
+    standin = k8s.facts_of({**CONFIG, "Labels": {"cookbook.recipe": RID, "cookbook.recipe.hash": loaded.hash,
+                                                 "cookbook.standin": "true"}}, MANIFEST)
+    with pytest.raises(ManifestError, match="stand-in"):
+        k8s.check_image(loaded, standin, allow_standin=False)
+    k8s.check_image(loaded, standin, allow_standin=True)
+    other = k8s.facts_of({**CONFIG, "Labels": {"cookbook.recipe": RID, "cookbook.recipe.hash": "0" * 64}}, MANIFEST)
+    with pytest.raises(ManifestError, match="built from recipe"):
+        k8s.check_image(loaded, other, allow_standin=True)
+
+
+def invoke(*args):
+    exe = [sys.executable, "-m", "invoke"]
+    return subprocess.run([*exe, *args], cwd=ROOT, capture_output=True, text=True)
+
+
+@pytest.mark.docker
+def test_task_writes_plain_files_and_refuses_a_standin_unasked(built, tmp_path):
+    base = ["k8s", "--recipe", RID, "--image", digest_ref(built), "--local", built.tags[0]]
+    refused = invoke(*base, "--out", str(tmp_path / "no"))
+    assert refused.returncode == 1 and "stand-in" in refused.stderr and "Traceback" not in refused.stderr
+    dry = invoke(*base, "--standin", "--dry-run", "--out", str(tmp_path / "dry"))
+    assert dry.returncode == 0 and "kind: Deployment" in dry.stdout and not (tmp_path / "dry").exists()
+    out = tmp_path / "k"
+    (out).mkdir()
+    (out / "pdb.yaml").write_text("stale\n")
+    (out / "mine.yaml").write_text("kept\n")
+    done = invoke(*base, "--standin", "--replicas", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["deployment.yaml", "mine.yaml", "service.yaml"]
+    docs = [yaml.safe_load((out / f).read_text()) for f in ("deployment.yaml", "service.yaml")]
+    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
+    assert all("namespace" not in d["metadata"] for d in docs)  # kubectl -n / kustomize decide
