@@ -1,5 +1,5 @@
 """The tasks as a user runs them: dry runs print commands and change nothing; errors are one clear
-message and exit 1, never a traceback."""
+message, never a traceback, and exit 2 for a user's mistake (3 for the engine or network)."""
 
 import subprocess
 import sys
@@ -51,7 +51,7 @@ def test_image_check_dry_run():
 ])
 def test_errors_are_one_message_not_a_traceback(args, words):
     out = invoke(*args)
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert out.stderr.startswith("error: ") and words in out.stderr
     assert "Traceback" not in out.stderr
 
