@@ -159,6 +159,11 @@ def load(ref: str | Path, root: Path = RECIPES) -> LoadedRecipe:
         raise RecipeError(f"recipe id {rid!r} (the lower-cased folder name) is not usable: {said}",
                           where=where(_rel(path)), hint="rename the model folder")
     chain, data = _read_chain(path, root)
+    return validate(rid, path, chain, data)
+
+
+def validate(rid: str, path: Path, chain: tuple[Source, ...], data: dict) -> LoadedRecipe:
+    """The schema and every rule on a merged recipe document (`load` reads one from its files)."""
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:
