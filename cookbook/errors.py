@@ -56,14 +56,16 @@ class EngineError(CookbookError):
     exit_code = ENGINE_OR_NETWORK
 
 
-class NetworkError(CookbookError):
-    """A registry or mirror that could not be reached."""
-
-    exit_code = ENGINE_OR_NETWORK
 
 
 class BuildError(CookbookError):
     """An image that could not be built, tagged or found."""
+
+
+class PullError(BuildError):
+    """A base image the registry did not give: the network or the registry, not the recipe."""
+
+    exit_code = ENGINE_OR_NETWORK
 
 
 class CheckFailure(CookbookError):

@@ -120,3 +120,13 @@ def test_engine_and_network_failures_exit_3(tmp_path):
     one_message(out, 3, "no Docker daemon answers")
     out = invoke_env("upstream.fetch", "--from", f"file://{tmp_path}/no-mirror", COOKBOOK_CACHE=str(tmp_path / "c"))
     one_message(out, 3, "could not fetch vllm-gaudi")
+
+
+@pytest.mark.docker
+def test_an_unpullable_base_exits_3(docker_engine):
+    from cookbook import engine
+
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    if engine.image_exists(steps.base_for(loaded, use_standin=False).from_ref):
+        pytest.skip("the vault base is present here")
+    one_message(invoke("build", "--recipe", "qwen3.5-27b-fp8"), 3, "cannot pull the base image")
