@@ -1,6 +1,9 @@
 """A recipe whose values are hostile to a shell or a Dockerfile, but allowed: one line each. An image
 built from it must hold every one byte for byte (test_render.py) and its entrypoint must still check
-its final command (test_runtime.py). Its port is not vLLM's default, so image.port must reach vLLM."""
+its final command (test_runtime.py). Its port is not vLLM's default, so image.port must reach vLLM.
+
+It says it is a dense model, so PT_HPU_LAZY_MODE may hold anything but "1": that variable is handed
+to the build-time fix step, where a shell would run what it holds."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ ID = "hostile-values"
 PORT = 9000
 TITLE = "Hostile \"title\" it's $HOME ${PATH} `id`; $(touch /tmp/pwned) & echo \\ end\\"
 ENV = {
+    "PT_HPU_LAZY_MODE": "0 $(touch /tmp/pwned) `touch /tmp/pwned`; touch /tmp/pwned",
     "HOSTILE_SHELL": "$(touch /tmp/pwned); `id` && echo $HOME ${PATH} | cat > /tmp/x",
     "HOSTILE_QUOTES": "it's \"double\" and 'single' '\"'\"'",
     "ENDS_WITH_BACKSLASH": "C:\\dir\\",
@@ -27,7 +31,7 @@ ENV = {
 
 
 def write(root: Path) -> Path:
-    data = variant({"title": TITLE, "image.port": PORT})
+    data = variant({"title": TITLE, "image.port": PORT, "model.architecture": "dense"})
     data["env"].update(ENV)
     path = root / "Test" / "Hostile-Values" / "recipe.yaml"
     path.parent.mkdir(parents=True)

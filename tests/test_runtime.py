@@ -134,6 +134,13 @@ def test_allow_unsafe_starts_with_a_warning(context):
     assert "WARNING: COOKBOOK_ALLOW_UNSAFE=1" in out.stderr and "batched-tokens-at-256k-on-gaudi2" in out.stderr
 
 
+@pytest.mark.parametrize("env,rule", [({"VLLM_COMPACT_GDN": "0"}, "prefix-caching-needs-gdn-fix"),
+                                      ({"PT_HPU_LAZY_MODE": "1"}, "no-lazy-mode-for-gdn-hybrids")])
+def test_entrypoint_refuses_a_forbidden_environment(context, env, rule):
+    out = entrypoint(context, "--cookbook-dry-run", env=env)
+    assert out.returncode == 2 and f"refused by rule {rule} (env {next(iter(env))})" in out.stderr
+
+
 def test_bad_port_is_a_message_not_a_traceback(context):
     out = entrypoint(context, "--cookbook-dry-run", "--port", "abc")
     assert out.returncode == 2 and "--port takes a whole number, got 'abc'" in out.stderr
@@ -169,7 +176,7 @@ def test_image_port_reaches_vllm_serve(hostile_image):
 @pytest.mark.docker
 @pytest.mark.parametrize("args,flags,rule", [
     (["--max-num-batched-tokens", "3584"], (), "batched-tokens-at-256k-on-gaudi2"),
-    ([], ("-e", "VLLM_COMPACT_GDN=0"), "prefix-caching-needs-gdn-fix"),
+    ([], ("-e", "VLLM_DECODE_BS_BUCKET_MAX=16"), "buckets-cover-serve"),
 ])
 def test_image_refuses_what_the_page_forbids(hostile_image, args, flags, rule):
     out = run(hostile_image.image_id, *args, flags=flags)
