@@ -195,7 +195,8 @@ TEXT_FIELDS = ["title", "env.VLLM_GRAPH_RESERVED_MEM", "env.VLLM_SKIP_WARMUP"]
 GRAMMAR_FIELDS = ["model.id", "base.image", "base.gaudi_sw", "base.vllm_gaudi.version", "base.vllm.version",
                   "base.python", "base.site_packages", "serve.reasoning_parser", "serve.tool_call_parser",
                   "serve.dtype", "serve.quantization", "serve.kv_cache_dtype", "image.health_path", "buckets.file",
-                  "fixes.profile", "env.PT_HPU_LAZY_MODE", "env.VLLM_COMPACT_GDN"]
+                  "fixes.profile", "env.PT_HPU_LAZY_MODE", "env.VLLM_COMPACT_GDN", "base.digest",
+                  "base.vllm.commit"]
 changes = st.fixed_dictionaries({
     "strings": st.dictionaries(st.sampled_from(TEXT_FIELDS), st.one_of(line, line, word), max_size=3),
 }, optional={
@@ -326,6 +327,15 @@ def test_render_replaces_its_own_folder_and_fills_an_empty_one(tmp_path):
     assert (tmp_path / "empty" / render.MARKER).is_file()
     assert (tmp_path / ".empty.old" / "keep").read_text() == "k"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".empty.old", "empty"]
+
+
+def test_a_context_rendered_before_the_marker_is_still_ours(tmp_path):
+    files = files_for("qwen3.5-27b-fp8")
+    old = tmp_path / "ctx"
+    old.mkdir()
+    (old / "manifest.json").write_bytes(files["manifest.json"])
+    render.write_context(files, old)
+    assert (old / render.MARKER).is_file()
 
 
 def test_unwritable_out_is_one_message(tmp_path):
