@@ -53,8 +53,8 @@ def text_problem(value: str, allow: str = "") -> str | None:
     found = control_char(value, allow)
     if found is None:
         return None
-    line = "" if "\n" in allow else "; it must be one line, "
-    return f"contains a control character ({found}){line or '; '}and is never rewritten: remove it"
+    one_line = "" if "\n" in allow else " (a value here is one line of text)"
+    return f"holds a control character, {found}{one_line}; remove it, the cookbook never rewrites a value"
 
 
 def problem(role: str, value: str) -> str | None:

@@ -7,6 +7,7 @@ its file, key and line, never rewritten. Numbers carry the bounds vLLM and Docke
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
@@ -14,28 +15,25 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, S
 from . import grammar
 
 
+def _refused_by(problem):
+    """A validator from a grammar check: `problem(value)` says why a value is refused, or None."""
+
+    def check(value: str) -> str:
+        said = problem(value)
+        if said:
+            raise ValueError(said)
+        return value
+
+    return AfterValidator(check)
+
+
 def _role(role: str):
-    def check(value: str) -> str:
-        said = grammar.problem(role, value)
-        if said:
-            raise ValueError(said)
-        return value
-
-    return AfterValidator(check)
+    return _refused_by(functools.partial(grammar.problem, role))
 
 
-def _text(allow: str = ""):
-    def check(value: str) -> str:
-        said = grammar.text_problem(value, allow)
-        if said:
-            raise ValueError(said)
-        return value
-
-    return AfterValidator(check)
-
-
-Text = Annotated[StrictStr, _text()]  # one line: labels, env values, titles
-Prose = Annotated[StrictStr, _text(allow="\n")]  # notes for readers; never reaches the image
+Text = Annotated[StrictStr, _refused_by(grammar.text_problem)]  # one line: labels, env values, titles
+# Notes for readers; never reaches the image.
+Prose = Annotated[StrictStr, _refused_by(functools.partial(grammar.text_problem, allow="\n"))]
 EnvName = Annotated[StrictStr, _role("env_name")]
 Slug = Annotated[StrictStr, _role("slug")]  # fix, profile, rule names: they name files and labels
 Ident = Annotated[StrictStr, _role("ident")]  # argv words and versions: never start with '-'
