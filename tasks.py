@@ -27,7 +27,8 @@ def edge(fn):
             print(f"error: {exc}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
         except OSError as exc:  # a path the task was given or must write that it cannot use
-            print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+            where = f": {exc.filename}" if exc.filename else ""
+            print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
             raise Exit(code=USER_MISTAKE) from None
 
     return wrapper

@@ -56,8 +56,6 @@ class EngineError(CookbookError):
     exit_code = ENGINE_OR_NETWORK
 
 
-
-
 class BuildError(CookbookError):
     """An image that could not be built, tagged or found."""
 
