@@ -168,8 +168,7 @@ def test_hadolint_catches_a_bad_dockerfile(tmp_path):
 
 def test_entrypoint_dry_run_and_overrides(tmp_path):
     """The rendered entrypoint, run here: dry run prints the exact command; user args are appended."""
-    path = tmp_path / "entrypoint.py"
-    path.write_bytes(files_for("qwen3.5-27b-fp8")["entrypoint.py"])
+    path = render.write_context(files_for("qwen3.5-27b-fp8"), tmp_path / "ctx") / "entrypoint.py"
     _, page_cmd = page_launch_block()
     out = subprocess.run(["python3", str(path), "--cookbook-dry-run", "--port", "9000"], capture_output=True,
                          text=True, check=True)
