@@ -10,13 +10,14 @@ import sys
 
 from invoke import Collection, Exit, task
 
-from cookbook.errors import CookbookError
+from cookbook.errors import USER_MISTAKE, CookbookError
 
 DEFAULT_RECIPE = "qwen3.5-27b-fp8"
 
 
 def edge(fn):
-    """Turn the cookbook's errors into a clear message and exit code, never a traceback."""
+    """Turn the cookbook's errors into a clear message and exit code, never a traceback (exit codes:
+    cookbook/errors.py and the README)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -25,6 +26,10 @@ def edge(fn):
         except CookbookError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
+        except OSError as exc:  # a path the task was given or must write that it cannot use
+            where = f": {exc.filename}" if exc.filename else ""
+            print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+            raise Exit(code=USER_MISTAKE) from None
 
     return wrapper
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import engine
-from .errors import BuildError, EngineError
+from .errors import BuildError, EngineError, PullError
 from .progress import line, say
 from .render import Base
 
@@ -51,7 +51,7 @@ def ensure_base(base: Base) -> None:
         out = None
     if out is None or out.returncode != 0:
         reason = "timed out" if out is None else (out.stderr.strip().splitlines() or ["failed"])[-1]
-        raise BuildError(
+        raise PullError(
             f"cannot pull the base image {base.from_ref}: {reason}",
             hint="where the vault is unreachable, build on the offline stand-in base: add --standin",
         )

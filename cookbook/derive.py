@@ -1,11 +1,16 @@
-"""Settings derived from a recipe. Pure functions: no files, no processes."""
+"""Settings derived from a recipe. Pure functions: no files, no processes.
+
+Standard library only at import time: the image's entrypoint runs the rules (rules.py) with this
+module to check its final command (see runtime.py); the schema is imported for typing only."""
 
 from __future__ import annotations
 
 import json
 import math
+from typing import TYPE_CHECKING
 
-from .schema import Buckets, Geometry, Recipe, Serve
+if TYPE_CHECKING:
+    from .schema import Buckets, Geometry, Recipe, Serve
 
 # vLLM's V1 engine turns prefix caching on unless told otherwise, so "not said" counts as on.
 PREFIX_CACHING_DEFAULT = True
@@ -71,6 +76,8 @@ def flag(field: str) -> str:
 
 def serve_args(serve: Serve) -> list[str]:
     """The `vllm serve` flags of a recipe, in the schema's order, as argv words (unquoted)."""
+    from .schema import Serve
+
     args: list[str] = []
     for field in Serve.model_fields:
         value = getattr(serve, field)
@@ -88,8 +95,14 @@ def serve_args(serve: Serve) -> list[str]:
     return args
 
 
+# vLLM's own default; a recipe's other port is said to `vllm serve`, so the port the image exposes
+# and probes is the one vLLM listens on (and the page's command stays the page's).
+VLLM_DEFAULT_PORT = 8000
+
+
 def serve_command(recipe: Recipe) -> list[str]:
-    return ["vllm", "serve", recipe.model.id, *serve_args(recipe.serve)]
+    port = [] if recipe.image.port == VLLM_DEFAULT_PORT else ["--port", str(recipe.image.port)]
+    return ["vllm", "serve", recipe.model.id, *serve_args(recipe.serve), *port]
 
 
 def gdn_state_bytes(geometry: Geometry) -> int:

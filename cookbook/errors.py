@@ -1,12 +1,19 @@
-"""One error tree. Library code raises these; tasks turn them into a message and an exit code."""
+"""One error tree. Library code raises these; tasks turn them into a message and an exit code.
+
+Exit codes (the README says the same): 2 for a mistake in what the user gave (a recipe, a fix, an
+argument, a path), 3 when the Docker engine or the network failed, 1 for work that ran and failed (a
+build, the image checks).
+"""
 
 from __future__ import annotations
+
+FAILED, USER_MISTAKE, ENGINE_OR_NETWORK = 1, 2, 3
 
 
 class CookbookError(Exception):
     """A failure the user can act on: what went wrong, where, and how to mend it."""
 
-    exit_code = 1
+    exit_code = FAILED
 
     def __init__(self, what: str, *, where: str | None = None, hint: str | None = None):
         super().__init__(what)
@@ -23,24 +30,40 @@ class CookbookError(Exception):
         return "\n".join(lines)
 
 
-class RecipeError(CookbookError):
+class UsageError(CookbookError):
+    """An argument or a path the task cannot use as given."""
+
+    exit_code = USER_MISTAKE
+
+
+class RecipeError(UsageError):
     """A recipe that does not load, does not validate, or breaks one of the rules."""
 
 
-class FixError(CookbookError):
+class FixError(UsageError):
     """A fix pack that does not read, resolve, or apply."""
 
 
 class UpstreamError(CookbookError):
     """The upstream source cache is missing or cannot be filled."""
 
+    exit_code = ENGINE_OR_NETWORK
+
 
 class EngineError(CookbookError):
     """No Docker engine answers, or it refused a call."""
 
+    exit_code = ENGINE_OR_NETWORK
+
 
 class BuildError(CookbookError):
     """An image that could not be built, tagged or found."""
+
+
+class PullError(BuildError):
+    """A base image the registry did not give: the network or the registry, not the recipe."""
+
+    exit_code = ENGINE_OR_NETWORK
 
 
 class CheckFailure(CookbookError):

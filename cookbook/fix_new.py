@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from . import fixes
-from .errors import FixError
+from .errors import FixError, UsageError
 from .fix_sources import apply_patch, package_roots, stage, targets_of
 from .paths import fixes_dir as default_fixes_dir
 from .progress import say
@@ -56,13 +56,21 @@ def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: 
             why: str = PLACEHOLDER, how: str = PLACEHOLDER, requires: list[str] | None = None,
             env: dict[str, str] | None = None, fixes_dir: Path | None = None, dry_run: bool = False) -> Path:
     fixes_dir = fixes_dir or default_fixes_dir()
+    if package not in fixes.PACKAGES:
+        raise UsageError(f"unknown package {package!r}", hint="--package is one of: " + ", ".join(fixes.PACKAGES))
     profile = fixes.load_profile(profile_name, fixes_dir)
+    if not edited.is_dir():
+        raise UsageError(f"--edited {edited}: no such folder",
+                         hint=f"point it at an edited copy of the {package} package folder")
     if name not in profile.order:
         raise FixError(f"{name!r} is not in profile {profile_name}'s order",
                        hint=f"add it to fixes/profiles/{profile_name}.yaml where it belongs, then run this again")
     folder = fixes_dir / name
     if (folder / "fix.yaml").exists():
         raise FixError(f"fix {name} exists already ({folder})", hint="edit it, or remove it first")
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise UsageError(f"{folder} exists and is not an empty folder; not writing into it",
+                         hint="move it away first")
     roots = package_roots(profile)
     files = changed_files(roots[package], edited)
     if not files:
@@ -95,7 +103,7 @@ def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: 
         print(yaml.safe_dump(spec, sort_keys=False))
         print(diff)
         return folder
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / patch_name).write_text(diff)
     (folder / "fix.yaml").write_text(yaml.safe_dump(spec, sort_keys=False, width=100))
     say(f"fix {name}: {len(files)} file(s) into {folder}; fill in title, why and how"

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
-from . import yamlsource
+from . import grammar, yamlsource
 from .errors import FixError, where
 from .paths import FIXES
 from .paths import fixes_dir as default_fixes_dir
@@ -75,6 +75,9 @@ def profile_names(fixes_dir: Path | None = None) -> list[str]:
 
 def load_profile(name: str, fixes_dir: Path | None = None) -> ProfileSpec:
     fixes_dir = fixes_dir or default_fixes_dir()
+    if grammar.problem("slug", name):  # a file name under profiles/: it cannot climb out
+        raise FixError(f"unknown fix profile {name!r}: {grammar.problem('slug', name)}",
+                       hint="known profiles: " + (", ".join(profile_names(fixes_dir)) or "(none)"))
     return _load_profile(name, fixes_dir.resolve())
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from . import derive, fixes, rules, yamlsource
+from . import derive, fixes, grammar, rules, yamlsource
 from .errors import FixError, RecipeError, where
 from .paths import RECIPES, ROOT
 from .schema import Recipe
@@ -126,6 +126,11 @@ def _read_chain(path: Path, root: Path) -> tuple[tuple[Source, ...], dict]:
             current = resolve_ref(parent, root, relative_to=current.parent)
         except RecipeError as exc:
             raise RecipeError(exc.what, where=locate((source,), ("extends",)), hint=exc.hint) from None
+        tree = _tree_of(seen[0], root)
+        if current.name != RECIPE_FILE or not current.is_relative_to(tree):
+            raise RecipeError(f"`extends: {parent}` leads to {current}, which is not a {RECIPE_FILE} in the "
+                              f"recipe tree {tree}", where=locate((source,), ("extends",)),
+                              hint="extend a recipe by its id, or by a path inside the tree")
     data: dict = {}
     for layer in reversed(merged_layers):
         data = merge(data, layer)
@@ -133,6 +138,12 @@ def _read_chain(path: Path, root: Path) -> tuple[tuple[Source, ...], dict]:
     if "extends" in chain[0].data:
         data["extends"] = chain[0].data["extends"]
     return tuple(chain), data
+
+
+def _tree_of(path: Path, root: Path) -> Path:
+    """The recipe tree a recipe belongs to (`<tree>/<Org>/<Model>/recipe.yaml`): `extends` stays inside it."""
+    root = root.resolve()
+    return root if path.is_relative_to(root) else path.parents[2]
 
 
 def content_hash(rid: str, data: dict) -> str:
@@ -143,7 +154,16 @@ def content_hash(rid: str, data: dict) -> str:
 def load(ref: str | Path, root: Path = RECIPES) -> LoadedRecipe:
     path = resolve_ref(str(ref), root)
     rid = derive.recipe_id(path.parent.name)
+    said = grammar.problem("slug", rid)
+    if said:  # the id names tags, labels and folders
+        raise RecipeError(f"recipe id {rid!r} (the lower-cased folder name) is not usable: {said}",
+                          where=where(_rel(path)), hint="rename the model folder")
     chain, data = _read_chain(path, root)
+    return validate(rid, path, chain, data)
+
+
+def validate(rid: str, path: Path, chain: tuple[Source, ...], data: dict) -> LoadedRecipe:
+    """The schema and every rule on a merged recipe document (`load` reads one from its files)."""
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:
@@ -178,7 +198,10 @@ def _schema_problem(chain: tuple[Source, ...], err: dict) -> str:
         return f"{locate(chain, loc)}: unknown key {loc[-1]!r}{hint}"
     if kind == "missing":
         return f"{locate(chain, loc)}: missing key {loc[-1]!r}"
-    message = err["msg"]
+    if loc[-1:] == ("[key]",):  # a mapping key with the wrong grammar (an env name, a fix name)
+        loc = loc[:-1]
+        return f"{locate(chain, loc)}: key {loc[-1]!r}: {err['msg'].removeprefix('Value error, ')}"
+    message = err["msg"].removeprefix("Value error, ")
     if loc[:1] == ("env",) and kind == "string_type":
         message += " (quote env values: YAML reads true, 1 and 0.3 as non-strings)"
     return f"{locate(chain, loc)}: {message} (got {err.get('input')!r})"

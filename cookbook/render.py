@@ -16,13 +16,21 @@ from pathlib import Path
 
 import jinja2
 
-from . import derive, fixes, paths
+from . import derive, fixes, grammar, paths
+from .errors import UsageError
 from .paths import DOCKERFILES, FIXES, ROOT
 from .recipes import LoadedRecipe
+from .schema import Serve
 
 APPLY_ALL = "apply_all.py"
 RECORD_PATH = "/opt/cookbook/fix-record.json"
 EXECUTABLE = {"entrypoint.py", f"fixes/{APPLY_ALL}"}
+# The cookbook modules the entrypoint runs the rules with (standard library only), shipped as they are.
+RUNTIME_MODULES = ("__init__.py", "grammar.py", "derive.py", "rules.py", "runtime.py")
+RUNTIME_DATA = "runtime.json"
+# Written into every rendered folder: the only folders `write_context` will ever replace.
+MARKER = ".cookbook-render"
+MARKER_TEXT = b"Rendered by the Gaudi cookbook (`invoke render`); rendering again replaces this whole folder.\n"
 
 
 @dataclass(frozen=True)
@@ -55,30 +63,47 @@ def header(loaded: LoadedRecipe) -> str:
 
 
 def _dockerquote(value: object) -> str:
-    text = str(value).replace("\n", " ")
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+    """An ENV or LABEL value as a Dockerfile word that Docker reads back byte for byte.
+
+    Plain values go in double quotes. A value holding `"`, `$` or a backslash goes in single quotes,
+    where Docker expands and unescapes nothing (a `'` in it is closed, given as "'", and reopened).
+    Control characters cannot be written at all: the schema refuses them, and this refuses anything
+    that slipped past rather than rewriting it."""
+    text = str(value)
+    said = grammar.text_problem(text)
+    if said:
+        raise ValueError(f"cannot write {text!r} into a Dockerfile: {said}")
+    if not any(ch in text for ch in '"$\\'):
+        return f'"{text}"'
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def _execform(argv: list[str]) -> str:
+    """An exec-form (JSON) instruction argument: no shell ever reads the words."""
+    return json.dumps([str(a) for a in argv])
 
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(DOCKERFILES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
     env.filters["dockerquote"] = _dockerquote
+    env.filters["execform"] = _execform
     return env
 
 
-def apply_command(loaded: LoadedRecipe, present: dict[str, fixes.FixSpec]) -> str:
-    """The build-time fix step. The fixes' required env (e.g. VLLM_COMPACT_GDN=1) is given from the
-    recipe for this one command, so ENV can come after it and an env change keeps this layer cached."""
+def apply_command(loaded: LoadedRecipe, present: dict[str, fixes.FixSpec]) -> list[str]:
+    """The build-time fix step, as argv for an exec-form RUN (no shell reads the recipe's values).
+    The fixes' required env (e.g. VLLM_COMPACT_GDN=1) is given from the recipe for this one command
+    through env(1), so ENV can come after it and an env change keeps this layer cached."""
     runtime = derive.runtime_env(loaded.recipe)
     needed = {k: runtime.get(k, "") for spec in present.values() for k in spec.env}
     if "PT_HPU_LAZY_MODE" in runtime:
         needed["PT_HPU_LAZY_MODE"] = runtime["PT_HPU_LAZY_MODE"]  # the mode decides which fixes apply
-    prefix = "".join(f"{k}={v} " for k, v in sorted(needed.items()))
     # Opt-ins not written yet are not named: apply_all refuses a fix its pack does not carry, and
     # the manifest and labels list them as not written.
-    opt_in = "".join(f" {n}" for n in loaded.recipe.fixes.opt_in if n in present)
-    return (f"{prefix}python3 /opt/cookbook/fixes/{APPLY_ALL} --profile {loaded.recipe.fixes.profile}{opt_in} "
-            f"--record {RECORD_PATH}")
+    opt_in = [n for n in loaded.recipe.fixes.opt_in if n in present]
+    return ["env", *(f"{k}={v}" for k, v in sorted(needed.items())), "python3", f"/opt/cookbook/fixes/{APPLY_ALL}",
+            "--profile", loaded.recipe.fixes.profile, *opt_in, "--record", RECORD_PATH]
 
 
 def manifest(loaded: LoadedRecipe, base: Base, fix_hashes: dict[str, str], files: dict[str, bytes]) -> dict:
@@ -105,6 +130,34 @@ def manifest(loaded: LoadedRecipe, base: Base, fix_hashes: dict[str, str], files
         "health_path": r.image.health_path,
         "files": {name: _sha(data) for name, data in sorted(files.items())},
     }
+
+
+def serve_flags() -> dict[str, dict]:
+    """The `vllm serve` flags the rules read, with each one's type and bounds, from the schema (as data
+    the image's entrypoint parses its final command with)."""
+    props = Serve.model_json_schema()["properties"]
+    out = {}
+    for field in Serve.model_fields:
+        spec = next(a for a in props[field].get("anyOf", [props[field]]) if a.get("type") != "null")
+        kind = {"integer": "int", "number": "float", "boolean": "bool", "string": "str", "object": "json"}[spec["type"]]
+        entry = {"field": field, "kind": kind}
+        if field in derive.NEGATABLE_FLAGS:
+            entry["negatable"] = True
+        for key, bound, exclusive in (("exclusiveMinimum", "min", True), ("minimum", "min", False),
+                                      ("maximum", "max", False)):
+            if key in spec:
+                entry[bound] = spec[key]
+                if bound == "min":
+                    entry["min_exclusive"] = exclusive
+        out[derive.flag(field)] = entry
+    return out
+
+
+def runtime_data(loaded: LoadedRecipe) -> dict:
+    """What the entrypoint checks its final command and environment with (runtime.check)."""
+    p = loaded.profile
+    return {"_generated": generated_note(loaded), "recipe": loaded.recipe.model_dump(mode="json"),
+            "profile": {"name": p.name, "order": p.order, "opt_in": p.opt_in}, "flags": serve_flags()}
 
 
 def labels(m: dict, revision: str | None = None) -> dict[str, str]:
@@ -158,9 +211,12 @@ def context_files(loaded: LoadedRecipe, base: Base, fixes_dir: Path | None = Non
                   for rel, data in fixes.pack_files(r.fixes.profile, list(present), fixes_dir).items()})
     files[f"fixes/{APPLY_ALL}"] = (FIXES / APPLY_ALL).read_bytes()
     env = _env()
+    for module in RUNTIME_MODULES:
+        files[f"lib/cookbook/{module}"] = (paths.ROOT / "cookbook" / module).read_bytes()
+    files[RUNTIME_DATA] = (json.dumps(runtime_data(loaded), indent=1, sort_keys=True) + "\n").encode()
     files["entrypoint.py"] = env.get_template("entrypoint.py.j2").render(
         header=header(loaded), m={"recipe": {"id": loaded.id}}, model=r.model.id, port=r.image.port,
-        health_path=r.image.health_path,
+        health_path=r.image.health_path, standin=base.standin,
         command_json=repr(json.dumps(derive.serve_command(r))),
     ).encode()
     m = manifest(loaded, base, fixes.fix_hashes(list(present), fixes_dir), files)
@@ -173,25 +229,61 @@ def context_files(loaded: LoadedRecipe, base: Base, fixes_dir: Path | None = Non
     return files
 
 
-def write_context(files: dict[str, bytes], out: Path) -> Path:
-    """Write into a temporary sibling folder, then swap it into place: never half-written."""
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+def check_out(out: Path) -> None:
+    """Refuse a target the render would destroy that the project did not make: anything but a missing
+    path, an empty folder, or a folder carrying the render marker."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UsageError(f"{out} exists and is not a folder; not replacing it", hint="choose another --out")
+    if out.is_dir():
+        try:
+            empty = not any(out.iterdir())
+        except OSError as exc:
+            raise UsageError(f"cannot read {out}: {exc.strerror}", hint="choose another --out") from None
+        if not empty and not _rendered(out):
+            raise UsageError(f"{out} is a folder the cookbook did not render (no {MARKER} in it); not replacing it",
+                             hint="move it away, or render into an empty or new folder (--out)")
+
+
+def _rendered(out: Path) -> bool:
+    """Ours: the marker, or (from before the marker) a manifest.json with the render's do-not-edit note."""
+    if (out / MARKER).is_file():
+        return True
     try:
-        for rel, data in files.items():
+        note = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("_generated", "")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(note, str) and note.startswith("DO NOT EDIT: generated by `invoke render")
+
+
+def write_context(files: dict[str, bytes], out: Path) -> Path:
+    """Write into a temporary sibling folder, then swap it into place: never half-written. Only a
+    folder the cookbook rendered (it carries MARKER) or an empty one is ever replaced."""
+    out = out.absolute()
+    check_out(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise UsageError(f"cannot write into {out.parent}: {exc.strerror}", hint="choose a writable --out") from None
+    try:
+        for rel, data in {**files, MARKER: MARKER_TEXT}.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
             os.chmod(path, 0o755 if rel in EXECUTABLE else 0o644)
-        old = None
         if out.exists():
-            old = out.with_name(f".{out.name}.old")
+            # The old folder goes into a fresh temporary one of ours, so no other name is ever removed.
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            out.rename(old / out.name)
+            try:
+                tmp.rename(out)
+            except BaseException:
+                (old / out.name).rename(out)
+                old.rmdir()
+                raise
             shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-        tmp.rename(out)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -3,6 +3,9 @@
 Each rule is a pure function of a recipe and its fix profile, returning violations. Rules are
 general: they test the facts a recipe states (architecture, accelerator, context, flags), so a new
 recipe gets them for free. A recipe's `rules:` section binds its "what not to do" lines to rule names.
+
+Standard library only at import time: the image carries this module and runs the same rules on its
+final command and environment before it starts vLLM (runtime.py), so they are never written twice.
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import derive
-from .schema import BucketRange, Recipe
+
+if TYPE_CHECKING:
+    from .schema import BucketRange, Recipe
 
 GDN_FIX = "gdn-prefix-cache"
 DECODE_PAD_FIX = "hybrid-decode-pad"
@@ -38,7 +44,7 @@ class Violation:
     message: str
 
 
-Rule = Callable[[Recipe, Profile], list[str | tuple[tuple, str]]]
+Rule = Callable[["Recipe", Profile], list[tuple[tuple, str]]]
 RULES: dict[str, Rule] = {}
 
 

@@ -1,10 +1,48 @@
-"""The recipe schema: what a recipe.yaml may say. Unknown keys are refused (see recipes.py)."""
+"""The recipe schema: what a recipe.yaml may say. Unknown keys are refused (see recipes.py).
+
+Every string that can reach the image (Dockerfile, labels, argv, entrypoint) has the grammar of its
+role (cookbook/grammar.py), and no string anywhere holds a control character: a value is refused with
+its file, key and line, never rewritten. Numbers carry the bounds vLLM and Docker give them.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import functools
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from . import grammar
+
+
+def _refused_by(problem):
+    """A validator from a grammar check: `problem(value)` says why a value is refused, or None."""
+
+    def check(value: str) -> str:
+        said = problem(value)
+        if said:
+            raise ValueError(said)
+        return value
+
+    return AfterValidator(check)
+
+
+def _role(role: str):
+    return _refused_by(functools.partial(grammar.problem, role))
+
+
+Text = Annotated[StrictStr, _refused_by(grammar.text_problem)]  # one line: labels, env values, titles
+# Notes for readers; never reaches the image.
+Prose = Annotated[StrictStr, _refused_by(functools.partial(grammar.text_problem, allow="\n"))]
+EnvName = Annotated[StrictStr, _role("env_name")]
+Slug = Annotated[StrictStr, _role("slug")]  # fix, profile, rule names: they name files and labels
+Ident = Annotated[StrictStr, _role("ident")]  # argv words and versions: never start with '-'
+ModelId = Annotated[StrictStr, _role("model_id")]
+ImageRef = Annotated[StrictStr, _role("image_ref")]
+AbsPath = Annotated[StrictStr, _role("abs_path")]
+UrlPath = Annotated[StrictStr, _role("url_path")]
+Positive = Annotated[StrictInt, Field(gt=0)]
+NonNegative = Annotated[StrictInt, Field(ge=0)]
 
 
 class Strict(BaseModel):
@@ -12,48 +50,48 @@ class Strict(BaseModel):
 
 
 class GDNGeometry(Strict):
-    key_heads: int
-    value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int
-    ssm_dtype_bytes: int = Field(description="bytes per SSM state element (float32: 4)")
-    conv_dtype_bytes: int = 2
+    key_heads: Positive
+    value_heads: Positive
+    key_head_dim: Positive
+    value_head_dim: Positive
+    conv_kernel: Positive
+    ssm_dtype_bytes: Positive = Field(description="bytes per SSM state element (float32: 4)")
+    conv_dtype_bytes: Positive = 2
 
 
 class Geometry(Strict):
     """From the checkpoint's config.json; the hybrid KV block is derived from it."""
 
-    layers: int
-    attention_layers: int
-    gdn_layers: int = 0
-    kv_heads: int
-    head_dim: int
-    kv_cache_dtype_bytes: int = 2
+    layers: Positive
+    attention_layers: NonNegative
+    gdn_layers: NonNegative = 0
+    kv_heads: Positive
+    head_dim: Positive
+    kv_cache_dtype_bytes: Positive = 2
     gdn: GDNGeometry | None = None
 
 
 class Model(Strict):
-    id: StrictStr = Field(description="Hugging Face repo id served by `vllm serve`")
-    summary: StrictStr
+    id: ModelId = Field(description="Hugging Face repo id served by `vllm serve`")
+    summary: Prose
     architecture: Literal["dense", "moe", "gated-deltanet-hybrid"]
     modalities: list[Literal["text", "image", "video"]]
     reasoning: bool = False
-    precision: StrictStr
-    native_context: int
-    tokens_per_max_image: int | None = None
-    hybrid_kv_block: int | None = Field(None, description="stated on the page; must equal the derived one")
+    precision: Text
+    native_context: Positive
+    tokens_per_max_image: Positive | None = None
+    hybrid_kv_block: Positive | None = Field(None, description="stated on the page; must equal the derived one")
     geometry: Geometry
 
 
 class Hardware(Strict):
     accelerator: Literal["gaudi2", "gaudi3"]
-    cards: int
-    tensor_parallel: int
+    cards: Positive
+    tensor_parallel: Positive
 
 
 class Pin(Strict):
-    version: StrictStr
+    version: Ident
     commit: StrictStr = Field(pattern=r"^[0-9a-f]{40}$")
 
 
@@ -62,73 +100,73 @@ class Base(Strict):
 
     vllm_gaudi: Pin
     vllm: Pin
-    gaudi_sw: StrictStr
-    image: StrictStr
+    gaudi_sw: Ident
+    image: ImageRef
     digest: StrictStr | None = Field(None, pattern=r"^sha256:[0-9a-f]{64}$")
-    python: StrictStr
-    site_packages: StrictStr
+    python: Annotated[StrictStr, _role("python")]
+    site_packages: AbsPath
 
 
 class Serve(Strict):
     """`vllm serve` flags, one field each, rendered in this order as --kebab-case."""
 
-    tensor_parallel_size: StrictInt | None = None
-    max_model_len: StrictInt | None = None
-    max_num_seqs: StrictInt | None = None
-    gpu_memory_utilization: float | None = None
-    block_size: StrictInt | None = None
-    max_num_batched_tokens: StrictInt | None = None
+    tensor_parallel_size: Positive | None = None
+    max_model_len: Positive | None = None
+    max_num_seqs: Positive | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    block_size: Positive | None = None
+    max_num_batched_tokens: Positive | None = None
     enable_chunked_prefill: StrictBool | None = None
     enable_prefix_caching: StrictBool | None = None
     enable_prompt_tokens_details: StrictBool | None = None
-    reasoning_parser: StrictStr | None = None
+    reasoning_parser: Ident | None = None
     enable_auto_tool_choice: StrictBool | None = None
-    tool_call_parser: StrictStr | None = None
-    limit_mm_per_prompt: dict[str, StrictInt] | None = None
-    dtype: StrictStr | None = None
-    kv_cache_dtype: StrictStr | None = None
-    quantization: StrictStr | None = None
+    tool_call_parser: Ident | None = None
+    limit_mm_per_prompt: dict[Slug, NonNegative] | None = None
+    dtype: Ident | None = None
+    kv_cache_dtype: Ident | None = None
+    quantization: Ident | None = None
     trust_remote_code: StrictBool | None = None
-    seed: StrictInt | None = None
+    seed: NonNegative | None = None
 
 
 class BucketRange(Strict):
-    min: int
+    min: int  # signs and order are the rule bucket-ranges-consistent's, which explains them
     step: int
     max: int
 
 
 class Buckets(Strict):
-    file: StrictStr | None = None
+    file: AbsPath | None = None
     exponential: bool
     prompt_bs: BucketRange
     decode_bs: BucketRange
     prompt_seq: BucketRange
     decode_block: BucketRange
-    summary: StrictStr | None = None
+    summary: Prose | None = None
 
 
 class Fixes(Strict):
-    profile: StrictStr
-    opt_in: list[StrictStr] = []
-    why: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="why this model needs each fix")
-    not_needed: dict[StrictStr, StrictStr] = Field(default_factory=dict)
-    note: StrictStr | None = None
+    profile: Slug = Field(description="a file name under fixes/profiles/, so a slug: it cannot climb out")
+    opt_in: list[Slug] = []
+    why: dict[Slug, Prose] = Field(default_factory=dict, description="why this model needs each fix")
+    not_needed: dict[Slug, Prose] = Field(default_factory=dict)
+    note: Prose | None = None
 
 
 class Check(Strict):
     """One row of the page's Verified table; the smoke suite runs it by `check` name."""
 
     name: StrictStr = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
-    check: StrictStr
-    title: StrictStr
+    check: Slug
+    title: Prose
     params: dict[StrictStr, object] = Field(default_factory=dict)
-    expect: StrictStr
+    expect: Prose
 
 
 class Verified(Strict):
-    setup: StrictStr = Field(description="what the checks ran on")
-    kv_pool_tokens: int | None = None
+    setup: Prose = Field(description="what the checks ran on")
+    kv_pool_tokens: Positive | None = None
     checks: list[Check]
 
 
@@ -136,45 +174,45 @@ class Scenario(Strict):
     """One row of the page's Performance table; expected figures as measured on the page."""
 
     name: StrictStr = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
-    title: StrictStr
-    streams: int
+    title: Prose
+    streams: Positive
     prompt: Literal["short", "needle"]
-    prompt_tokens: int | None = None
-    max_tokens: int | None = None
-    expect: dict[StrictStr, float | list[float]]
+    prompt_tokens: Positive | None = None
+    max_tokens: Positive | None = None
+    expect: dict[Slug, float | list[float]]
 
 
 class Performance(Strict):
-    method: StrictStr
+    method: Prose
     scenarios: list[Scenario]
 
 
 class Rule(Strict):
     """A "what not to do" line of the page, bound to the rule that enforces it."""
 
-    rule: StrictStr
-    text: StrictStr
+    rule: Slug
+    text: Prose
 
 
 class Image(Strict):
-    port: int = 8000
-    health_path: StrictStr = "/health"
+    port: Annotated[StrictInt, Field(ge=1, le=65535)] = 8000
+    health_path: UrlPath = "/health"
 
 
 class Recipe(Strict):
     schema_version: Literal[1] = Field(alias="schema")
-    extends: StrictStr | None = None
-    title: StrictStr
+    extends: Text | None = None
+    title: Text
     model: Model
     hardware: Hardware
     base: Base
-    env: dict[StrictStr, StrictStr]
+    env: dict[EnvName, Text]
     serve: Serve
     buckets: Buckets
     fixes: Fixes
     verified: Verified | None = None
     performance: Performance | None = None
-    known_issues: list[StrictStr] = []
+    known_issues: list[Prose] = []
     rules: list[Rule] = []
     image: Image = Image()
-    launch_notes: list[StrictStr] = []
+    launch_notes: list[Prose] = []

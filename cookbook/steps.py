@@ -7,8 +7,9 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from . import build, engine, recipes, render, standin, upstream
+from . import build, engine, grammar, recipes, render, standin, upstream
 from .derive import image_tags
+from .errors import UsageError
 from .paths import ROOT
 from .progress import say
 from .recipes import LoadedRecipe
@@ -39,6 +40,7 @@ def render_recipe(ref: str, out: str | None = None, use_standin: bool = False, d
 
 
 def render_loaded(loaded: LoadedRecipe, dest: Path, use_standin: bool, dry_run: bool = False) -> Path:
+    render.check_out(dest.absolute())  # refused before any work, in a dry run too
     files = render.context_files(loaded, base_for(loaded, use_standin), revision=revision())
     if dry_run:
         for name, data in files.items():
@@ -50,11 +52,24 @@ def render_loaded(loaded: LoadedRecipe, dest: Path, use_standin: bool, dry_run: 
 
 
 def tags_for(loaded: LoadedRecipe, repo: str, use_standin: bool, extra: list[str] | None = None) -> list[str]:
+    """The image's tags, each checked against Docker's grammar before anything is built (a dry run too)."""
+    said = grammar.image_ref_problem(repo, name_only=True)
+    if said:
+        raise UsageError(f"--repo {repo!r} is not a repository name: {said}")
+    for tag in extra or []:
+        said = grammar.image_ref_problem(tag)
+        if said:
+            raise UsageError(f"--tag {tag!r} is not an image tag: {said}",
+                             hint="e.g. --tag registry.example/org/name:1.0")
     tags = image_tags(repo, loaded.id, loaded.recipe.base.vllm_gaudi.version, loaded.hash, use_standin)
     for tag in extra or []:
         if use_standin and "standin" not in tag:
             tag += "-standin"  # a stand-in image is never mistaken for a Gaudi one
         tags.append(tag)
+    for tag in tags:
+        said = grammar.image_ref_problem(tag)
+        if said:
+            raise UsageError(f"the tag {tag!r} would not be a valid image tag: {said}")
     return tags
 
 

@@ -18,7 +18,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UpstreamError
+from . import grammar
+from .errors import UpstreamError, UsageError
 from .paths import cache_dir
 from .progress import say
 
@@ -80,7 +81,18 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
+def check_source(source: str) -> None:
+    """A git source is a URL or a path; one starting with '-' would reach git as an option."""
+    if source.startswith("-"):
+        raise UsageError(f"--from {source!r} starts with '-', which git would read as an option",
+                         hint=f"give a URL, or a path such as ./{source}")
+    said = grammar.control_char(source)
+    if said:
+        raise UsageError(f"--from holds a control character ({said})")
+
+
 def fetch_vllm_gaudi(pins: Pins, source: str = GITHUB, dry_run: bool = False) -> Path:
+    check_source(source)
     dest = vllm_gaudi_dir(pins.vllm_gaudi_commit)
     if is_complete(dest):
         say(f"vllm-gaudi {pins.vllm_gaudi_commit[:9]}: cached at {dest}")
@@ -185,6 +197,9 @@ def fetch_vllm(pins: Pins, wheel: Path | None = None, dry_run: bool = False) -> 
         print(" ".join(download) if wheel is None else f"(use {wheel})")
         print(f"extract vllm/**/*.py and the dist-info into {dest}")
         return dest
+    if wheel is not None and not zipfile.is_zipfile(wheel):
+        raise UsageError(f"--wheel {wheel}: not a wheel (no such file, or not a zip archive)",
+                         hint=f"download one with: pip download --no-deps vllm=={pins.vllm_version}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".vllm.", dir=dest.parent))
     try:

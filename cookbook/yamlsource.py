@@ -32,8 +32,22 @@ def dotted(keys: KeyPath) -> str:
     return ".".join(str(k) for k in keys)
 
 
+def read_text(path: Path, error=RecipeError) -> str:
+    """A YAML file's text, or one message naming the line where it stops being UTF-8 (or unreadable)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror}", where=where(path)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise error(f"{path.name} is not UTF-8 text (byte 0x{data[exc.start]:02x})", where=where(path, line),
+                    hint="save the file as UTF-8") from None
+
+
 def load(path: Path, error=RecipeError) -> Source:
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, error)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)

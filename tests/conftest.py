@@ -105,3 +105,18 @@ def testpack_image(docker_engine, testpack):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COOKBOOK_FIXES_DIR", str(testpack))
         return steps.build_recipe("qwen3.5-27b-fp8", use_standin=True, repo=TEST_REPO)
+
+
+@pytest.fixture(scope="session")
+def hostile_image(docker_engine, upstream_cache, tmp_path_factory):
+    """The recipe of tests/hostile.py built on the stand-in (one build serves every test of it); its
+    tags are removed afterwards."""
+    from cookbook import engine, steps
+
+    from . import hostile
+
+    built = steps.build_recipe(str(hostile.write(tmp_path_factory.mktemp("hostile"))), use_standin=True,
+                               repo=TEST_REPO)
+    yield built
+    for tag in built.tags:
+        engine.docker("rmi", tag, check=False)

@@ -35,3 +35,13 @@ def test_task_list_is_current():
     listed = set(re.findall(r"^  (\S+)", out, re.M))
     documented = set(re.findall(r"^  (\S+)  +", README.split("## Tasks", 1)[1].split("```", 2)[1], re.M))
     assert listed == documented
+
+
+def test_exit_codes_are_documented():
+    from cookbook import errors
+
+    table = dict(re.findall(r"^\| (\d) \| (.+) \|$", README, re.M))
+    assert "work ran and failed" in table[str(errors.FAILED)]
+    assert "mistake" in table[str(errors.USER_MISTAKE)]
+    assert "Docker engine or the network" in table[str(errors.ENGINE_OR_NETWORK)]
+    assert "COOKBOOK_ALLOW_UNSAFE=1" in README

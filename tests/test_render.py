@@ -1,5 +1,8 @@
-"""Rendering: deterministic, atomic, complete (every env var and flag of the page), hadolint-clean."""
+"""Rendering: deterministic, atomic, complete (every env var and flag of the page), hadolint-clean;
+recipe values only ever in value positions; nothing replaced that the cookbook did not render."""
 
+import ast
+import io
 import json
 import re
 import shlex
@@ -9,9 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from dockerfile_parse import DockerfileParser
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
-from cookbook import recipes, render, standin
+from cookbook import derive, fixes, grammar, recipes, render, standin
+from cookbook.errors import RecipeError, UsageError
 from cookbook.paths import ROOT
+from cookbook.yamlsource import Source
+
+from .conftest import REFERENCE, reference_data, set_path, variant
 
 PAGE = ROOT.parent / "shared" / "spec" / "qwen3.5-27b-fp8-recipe-page.md"
 IDS = list(recipes.known_ids())
@@ -158,8 +168,7 @@ def test_hadolint_catches_a_bad_dockerfile(tmp_path):
 
 def test_entrypoint_dry_run_and_overrides(tmp_path):
     """The rendered entrypoint, run here: dry run prints the exact command; user args are appended."""
-    path = tmp_path / "entrypoint.py"
-    path.write_bytes(files_for("qwen3.5-27b-fp8")["entrypoint.py"])
+    path = render.write_context(files_for("qwen3.5-27b-fp8"), tmp_path / "ctx") / "entrypoint.py"
     _, page_cmd = page_launch_block()
     out = subprocess.run(["python3", str(path), "--cookbook-dry-run", "--port", "9000"], capture_output=True,
                          text=True, check=True)
@@ -168,3 +177,185 @@ def test_entrypoint_dry_run_and_overrides(tmp_path):
     out = subprocess.run(["python3", str(path)], capture_output=True, text=True, check=True, env=env)
     words = shlex.split(out.stdout)
     assert words[2] == "/models/q" and words[-2:] == ["--served-model-name", "Qwen/Qwen3.5-27B-FP8"]
+
+
+# --- What a recipe says cannot become something else in the image --------------------------------
+
+INTENDED = ["FROM", "COPY", "RUN", "COPY", "COPY", "ENV", "EXPOSE", "HEALTHCHECK", "COPY", "LABEL", "ENTRYPOINT"]
+CONTROL = list("\n\r\t\x00\x7f\x85\u2028") + ["\\\n"]
+HOSTILE = list("\"'$`;\\ #=&|<>(){}*?!~é✓") + ["${PATH}", "$(id)", "' \"", "\\"]
+SAFE = list("abcxyzAZ09_-./:")
+line = st.lists(st.sampled_from(HOSTILE + SAFE), max_size=12).map("".join)  # hostile, but one line
+word = st.lists(st.sampled_from(CONTROL + HOSTILE + SAFE * 3), max_size=12).map("".join)  # anything
+env_name = st.one_of(st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True), word)
+# Every recipe field that reaches the Dockerfile, the entrypoint, a label or an argv word: free text
+# where the schema allows it (it must come out byte for byte), the rest under a grammar.
+TEXT_FIELDS = ["title", "env.VLLM_GRAPH_RESERVED_MEM", "env.VLLM_SKIP_WARMUP"]
+GRAMMAR_FIELDS = ["model.id", "base.image", "base.gaudi_sw", "base.vllm_gaudi.version", "base.vllm.version",
+                  "base.python", "base.site_packages", "serve.reasoning_parser", "serve.tool_call_parser",
+                  "serve.dtype", "serve.quantization", "serve.kv_cache_dtype", "image.health_path", "buckets.file",
+                  "fixes.profile", "env.PT_HPU_LAZY_MODE", "env.VLLM_COMPACT_GDN", "base.digest",
+                  "base.vllm.commit"]
+changes = st.fixed_dictionaries({
+    "strings": st.dictionaries(st.sampled_from(TEXT_FIELDS), st.one_of(line, line, word), max_size=3),
+}, optional={
+    "grammar": st.dictionaries(st.sampled_from(GRAMMAR_FIELDS), word, max_size=1),
+    "env": st.dictionaries(env_name, st.one_of(line, word), max_size=3),
+    "port": st.one_of(st.integers(1, 65535), st.integers(-1, 70000)),
+    "opt_in": st.lists(word, max_size=1),
+})
+
+
+def _validated(data: dict):
+    try:
+        return recipes.validate("prop-test", REFERENCE, (Source(REFERENCE, data),), data)
+    except RecipeError:
+        return None
+
+
+def _dockerfile(files: dict[str, bytes]) -> DockerfileParser:
+    return DockerfileParser(fileobj=io.BytesIO(files["Dockerfile"]))
+
+
+def _entrypoint_constants(text: str) -> dict:
+    """COMMAND, MODEL, PORT and HEALTH_PATH as Python reads them from the rendered entrypoint."""
+    out = {}
+    for node in ast.parse(text).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id in ("COMMAND", "MODEL", "PORT", "HEALTH_PATH"):
+            value = node.value
+            if isinstance(value, ast.Call):  # json.loads('<literal>')
+                out[target.id] = json.loads(ast.literal_eval(value.args[0]))
+            else:
+                out[target.id] = ast.literal_eval(value)
+    return out
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(changes)
+def test_any_recipe_renders_only_the_intended_instructions(change):
+    data = reference_data()
+    drawn = []
+    for path, value in [*change["strings"].items(), *change.get("grammar", {}).items()]:
+        set_path(data, path, value)
+        drawn.append(value)
+    for name, value in change.get("env", {}).items():
+        data["env"][name] = value
+        drawn += [name, value]
+    if "port" in change:
+        data.setdefault("image", {})["port"] = change["port"]
+    if "opt_in" in change:
+        data["fixes"]["opt_in"] = ["gdn-prefix-cache", *change["opt_in"]]
+        drawn += change["opt_in"]
+    loaded = _validated(data)
+    event("refused" if loaded is None else "accepted" + (" hostile" if any(set(s) & set("\"'$`;\\") for s in drawn)
+                                                         else ""))
+    if loaded is None:
+        return  # refused: the other way to be safe
+    assert not any(grammar.control_char(s) for s in drawn), "a control character was accepted"
+    r = loaded.recipe
+    base = render.vault_base(loaded)
+    files = render.context_files(loaded, base)
+    parsed = _dockerfile(files)
+    steps_ = [s for s in parsed.structure if s["instruction"] != "COMMENT"]
+    assert [s["instruction"] for s in steps_] == INTENDED
+    assert steps_[0]["value"] == base.from_ref
+    present = fixes.resolve(fixes.load_profile(r.fixes.profile), loaded.fixes)
+    assert json.loads(steps_[2]["value"]) == render.apply_command(loaded, present)
+    assert parsed.envs == derive.runtime_env(r)
+    assert steps_[6]["value"] == str(r.image.port)
+    m = json.loads(files["manifest.json"])
+    assert set(parsed.labels) == set(render.labels(m))
+    assert parsed.labels["org.opencontainers.image.title"].startswith(r.title + " on Intel Gaudi")
+    assert parsed.labels["cookbook.model"] == r.model.id
+    assert json.loads(steps_[-1]["value"]) == ["python3", "/opt/cookbook/entrypoint.py"]
+    constants = _entrypoint_constants(files["entrypoint.py"].decode())
+    assert constants == {"COMMAND": derive.serve_command(r), "MODEL": r.model.id, "PORT": r.image.port,
+                         "HEALTH_PATH": r.image.health_path}
+
+
+@pytest.mark.parametrize("value", ["plain", "it's", 'say "hi"', "$HOME ${PATH}", "back\\slash\\", "`id`; x",
+                                   "'\"'\"'", "", "# not a comment", "a=b=c", " padded "])
+def test_quoted_values_read_back_exactly(value):
+    text = f"FROM x\nENV A={render._dockerquote(value)} \\\n    B={render._dockerquote(value)}\n"
+    assert DockerfileParser(fileobj=io.BytesIO(text.encode())).envs == {"A": value, "B": value}
+
+
+def test_a_control_character_is_never_written():
+    with pytest.raises(ValueError):
+        render._dockerquote("a\nRUN id")
+
+
+def test_the_fix_step_is_exec_form():
+    files = files_for("qwen3.5-27b-fp8")
+    run = next(s for s in _dockerfile(files).structure if s["instruction"] == "RUN")
+    argv = json.loads(run["value"])
+    assert argv[:2] == ["env", "PT_HPU_LAZY_MODE=0"] and argv[2:4] == ["python3", "/opt/cookbook/fixes/apply_all.py"]
+
+
+def test_a_port_other_than_vllms_default_reaches_vllm_serve(recipe_tree):
+    root, write = recipe_tree
+    loaded = recipes.load(write(variant({"image.port": 9000})), root)
+    assert derive.serve_command(loaded.recipe)[-2:] == ["--port", "9000"]
+    assert "--port" not in derive.serve_command(recipes.load("qwen3.5-27b-fp8").recipe)  # the page's own command
+
+
+# --- Nothing is deleted that the project did not make --------------------------------------------
+
+def test_render_refuses_a_folder_it_did_not_make(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    with pytest.raises(UsageError) as err:
+        render.write_context(files_for("qwen3.5-27b-fp8"), out)
+    assert "did not render" in str(err.value)
+    assert (out / "thesis.tex").read_text() == "years of work"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UsageError):
+        render.write_context(files_for("qwen3.5-27b-fp8"), tmp_path / "file")
+
+
+def test_render_replaces_its_own_folder_and_fills_an_empty_one(tmp_path):
+    files = files_for("qwen3.5-27b-fp8")
+    (tmp_path / "empty").mkdir()
+    render.write_context(files, tmp_path / "empty")
+    (tmp_path / ".empty.old").mkdir()  # a neighbour that only looks like a leftover
+    (tmp_path / ".empty.old" / "keep").write_text("k")
+    render.write_context(files, tmp_path / "empty")
+    assert (tmp_path / "empty" / render.MARKER).is_file()
+    assert (tmp_path / ".empty.old" / "keep").read_text() == "k"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".empty.old", "empty"]
+
+
+def test_a_context_rendered_before_the_marker_is_still_ours(tmp_path):
+    files = files_for("qwen3.5-27b-fp8")
+    old = tmp_path / "ctx"
+    old.mkdir()
+    (old / "manifest.json").write_bytes(files["manifest.json"])
+    render.write_context(files, old)
+    assert (old / render.MARKER).is_file()
+
+
+def test_unwritable_out_is_one_message(tmp_path):
+    with pytest.raises(UsageError) as err:
+        render.write_context(files_for("qwen3.5-27b-fp8"), Path("/proc/no/such/ctx"))
+    assert "cannot write" in str(err.value)
+
+
+@pytest.mark.docker
+def test_a_built_image_holds_hostile_values_byte_for_byte(hostile_image):
+    """Docker itself, not a parser, is the judge: the env and labels of a real image."""
+    from cookbook import engine
+
+    from . import hostile
+
+    config = engine.inspect(hostile_image.image_id)["Config"]
+    env = dict(e.split("=", 1) for e in config["Env"])
+    for name, value in hostile.ENV.items():
+        assert env[name] == value, name
+    assert config["Labels"]["org.opencontainers.image.title"].startswith(hostile.TITLE + " on Intel Gaudi")
+    assert f"{hostile.PORT}/tcp" in config["ExposedPorts"]
+    out = engine.docker("run", "--rm", "--entrypoint", "python3", hostile_image.image_id, "-c",
+                        "import os; print(os.path.exists('/tmp/pwned'))")
+    assert out.stdout.strip() == "False"  # nothing in a value ran at build time

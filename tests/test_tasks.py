@@ -1,5 +1,5 @@
 """The tasks as a user runs them: dry runs print commands and change nothing; errors are one clear
-message and exit 1, never a traceback."""
+message, never a traceback, and exit 2 for a user's mistake (3 for the engine or network)."""
 
 import subprocess
 import sys
@@ -51,7 +51,7 @@ def test_image_check_dry_run():
 ])
 def test_errors_are_one_message_not_a_traceback(args, words):
     out = invoke(*args)
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert out.stderr.startswith("error: ") and words in out.stderr
     assert "Traceback" not in out.stderr
 
@@ -61,3 +61,72 @@ def test_extra_tags_keep_the_standin_mark():
     tags = steps.tags_for(loaded, "r", True, ["r/a:1", "r/b:standin"])
     assert tags[2:] == ["r/a:1-standin", "r/b:standin"]
     assert steps.tags_for(loaded, "r", False, ["r/a:1"])[2] == "r/a:1"
+
+
+def invoke_env(*args: str, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    beside = Path(sys.executable).parent / "invoke"
+    return subprocess.run([str(beside), *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def one_message(out: subprocess.CompletedProcess, code: int, words: str) -> None:
+    assert out.returncode == code, out.stderr
+    assert len([line for line in out.stderr.splitlines() if line.startswith("error: ")]) == 1, out.stderr
+    assert words in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_render_never_replaces_a_folder_it_did_not_make(tmp_path, dry_run):
+    (tmp_path / "notes.txt").write_text("mine")
+    out = invoke("render", "--recipe", "qwen3.5-27b-fp8", "--out", str(tmp_path), *(["--dry-run"] * dry_run))
+    one_message(out, 2, "did not render")
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_render_replaces_what_it_rendered(tmp_path):
+    for _ in range(2):
+        out = invoke("render", "--recipe", "qwen3.5-27b-fp8", "--out", str(tmp_path / "ctx"))
+        assert out.returncode == 0, out.stderr
+    assert (tmp_path / "ctx" / ".cookbook-render").is_file()
+
+
+@pytest.mark.parametrize("args,words", [
+    (("render", "--recipe", "qwen3.5-27b-fp8", "--out", "/proc/1/no/such/dir"), "cannot write"),
+    (("fixes.new", "prompt-order", "--edited", "/tmp", "--package", "torch"), "unknown package 'torch'"),
+    (("upstream.fetch", "--from=--upload-pack=touch /tmp/cookbook-pwned", "--dry-run"), "starts with '-'"),
+    (("build", "--standin", "--dry-run", "--tag", "reg/x:bad tag"), "--tag 'reg/x:bad tag' is not an image tag"),
+    (("build", "--standin", "--dry-run", "--repo", "Upper/Case"), "is not a repository name"),
+    (("test", "--standin", "--dry-run", "--repo", "a b"), "is not a repository name"),
+    (("fixes.list", "--profile", "../../etc/passwd"), "unknown fix profile"),
+])
+def test_user_mistakes_exit_2_with_one_message(args, words):
+    out = invoke(*args)
+    one_message(out, 2, words)
+    assert "would write" not in out.stdout and "build --iidfile" not in out.stdout  # refused before any work
+
+
+def test_a_recipe_that_is_not_utf8(tmp_path):
+    path = tmp_path / "Org" / "Model" / "recipe.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"schema: 1\ntitle: caf\xe9\n")
+    one_message(invoke("validate", "--recipe", str(path)), 2, "recipe.yaml:2")
+
+
+def test_engine_and_network_failures_exit_3(tmp_path):
+    out = invoke_env("build", "--recipe", "qwen3.5-27b-fp8", "--standin",
+                     DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
+    one_message(out, 3, "no Docker daemon answers")
+    out = invoke_env("upstream.fetch", "--from", f"file://{tmp_path}/no-mirror", COOKBOOK_CACHE=str(tmp_path / "c"))
+    one_message(out, 3, "could not fetch vllm-gaudi")
+
+
+@pytest.mark.docker
+def test_an_unpullable_base_exits_3(docker_engine):
+    from cookbook import engine
+
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    if engine.image_exists(steps.base_for(loaded, use_standin=False).from_ref):
+        pytest.skip("the vault base is present here")
+    one_message(invoke("build", "--recipe", "qwen3.5-27b-fp8"), 3, "cannot pull the base image")

@@ -23,3 +23,10 @@ def test_user_arguments_are_appended(expect):
     out = docker_run(expect["image"], "--cookbook-dry-run", "--port", "9000", "--max-num-seqs", "8")
     assert out.returncode == 0, out.stderr
     assert shlex.split(out.stdout) == expect["command"] + ["--port", "9000", "--max-num-seqs", "8"]
+
+
+def test_the_final_command_is_checked(expect):
+    """The entrypoint checks the final command before anything starts: a bad value is one line, exit 2."""
+    out = docker_run(expect["image"], "--cookbook-dry-run", "--port", "not-a-port")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "--port takes a whole number" in out.stderr and "Traceback" not in out.stderr
