@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import fixes, standin, upstream
-from .errors import CookbookError
+from .errors import CookbookError, UsageError
 from .paths import FIXES, ROOT
 from .paths import fixes_dir as default_fixes_dir
 from .progress import say
@@ -30,6 +30,7 @@ LAB_TESTS = ROOT / "tests" / "lab"
 STUBS = LAB_TESTS / "stubs"
 UPSTREAM_PASS_LIST = LAB_TESTS / "upstream-pass-list.txt"
 BUILD_SCRIPT = ROOT / "scripts" / "fix-lab.sh"
+TREE_MARKER = ".cookbook-lab-tree"  # what `--keep` may replace: only trees the lab laid out
 # The env the fixes are applied under: the recipe's compile mode, and the guard gdn-prefix-cache names.
 APPLY_ENV = {"PT_HPU_LAZY_MODE": "0", "VLLM_COMPACT_GDN": "1"}
 
@@ -69,6 +70,7 @@ def make_tree(dest: Path, profile_name: str = "v0.26.0", patched: bool = False,
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     standin.lay_site_packages(pins_for(profile), dest)
+    (dest / TREE_MARKER).write_text("A release tree laid out by the fix lab; `invoke fixes.lab --keep` replaces it.\n")
     if patched:
         apply_pack(dest, profile_name, profile, fixes_dir)
     return dest
@@ -238,6 +240,9 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
             print(f"and {len(upstream_pass_list())} upstream unit tests ({UPSTREAM_PASS_LIST.name}) "
                   "on the patched tree")
         return None
+    if keep:
+        for kind in ("pristine", "patched"):
+            check_replaceable(keep / kind)
     with tempfile.TemporaryDirectory(prefix="cookbook-lab.") as tmp:
         root = keep or Path(tmp)
         trees = {}
@@ -255,6 +260,15 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
         if with_upstream:
             report.upstream = run_upstream(trees["patched"], upstream_pass_list(), profile_name)
     return report
+
+
+def check_replaceable(dest: Path) -> None:
+    """`--keep DIR` replaces DIR/pristine and DIR/patched: refuse anything there the lab did not lay out."""
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise UsageError(f"{dest} exists and is not a folder; not replacing it", hint="choose another --keep")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / TREE_MARKER).is_file():
+        raise UsageError(f"{dest} is not a tree the fix lab laid out (no {TREE_MARKER} in it); not replacing it",
+                         hint="choose another --keep, or move that folder away")
 
 
 def describe(report: Report) -> list[str]:

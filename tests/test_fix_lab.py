@@ -73,6 +73,17 @@ def test_verdict_holds_each_fix_to_fail_pristine_and_pass_patched(pristine, patc
     assert len(fix_lab.Verdict("x", pristine, patched).problems) == problems
 
 
+def test_keep_never_replaces_a_folder_the_lab_did_not_lay_out(tmp_path):
+    (tmp_path / "patched").mkdir()
+    (tmp_path / "patched" / "notes.txt").write_text("mine")
+    with pytest.raises(fix_lab.UsageError, match="not a tree the fix lab laid out"):
+        fix_lab.lab(keep=tmp_path)
+    assert (tmp_path / "patched" / "notes.txt").read_text() == "mine"
+    (tmp_path / "pristine").symlink_to(tmp_path / "patched")
+    with pytest.raises(fix_lab.UsageError, match="not a folder"):
+        fix_lab.lab(keep=tmp_path)
+
+
 def test_the_lab_imports_the_release_from_the_tree_on_cpu(report):
     pristine, patched = report.runs
     for run in (pristine, patched):
@@ -82,6 +93,7 @@ def test_the_lab_imports_the_release_from_the_tree_on_cpu(report):
 
 def test_the_patched_tree_is_the_pack_applied_by_apply_all(report):
     pristine, patched = report.runs
+    assert (pristine.tree / fix_lab.TREE_MARKER).is_file() and (patched.tree / fix_lab.TREE_MARKER).is_file()
     assert not (pristine.tree / "fix-record.json").exists()
     assert (patched.tree / "fix-record.json").is_file()
 
