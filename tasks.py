@@ -169,3 +169,23 @@ def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbo
 
 
 ns.add_task(test)
+
+
+@task(help={"recipe": "recipe id or path", "registry": "HOST[:PORT][/NAMESPACE] to push to",
+            "image": "local image to publish (default: the recipe's content tag)",
+            "standin": "look for the stand-in build (it is refused: stand-ins are never published)",
+            "repo": "local image repository prefix", "sbom": "attach the SBOM and provenance (default on)",
+            "dry_run": "print the commands, push nothing"})
+@edge
+def publish(c, registry, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", sbom=True,
+            dry_run=False):
+    """Push a checked image under its content tag and the moving ones; print its digest; attach SBOM and provenance.
+
+    Credentials: COOKBOOK_REGISTRY_USER and COOKBOOK_REGISTRY_PASSWORD, else the Docker config; never printed.
+    """
+    from cookbook import publish as p
+
+    p.publish(recipe, registry, image=image, standin=standin, repo=repo, dry_run=dry_run, sbom=sbom)
+
+
+ns.add_task(publish)

@@ -47,6 +47,10 @@ class CheckFailure(CookbookError):
     """An image that did not pass its checks."""
 
 
+class PublishError(CookbookError):
+    """An image that may not be published, or a registry that refused it."""
+
+
 def where(path, line: int | None = None, key: str | None = None) -> str:
     """Format a location as `file:line (key a.b.c)` for error messages."""
     loc = str(path)
