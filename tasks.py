@@ -189,3 +189,20 @@ def publish(c, registry, recipe=DEFAULT_RECIPE, image=None, standin=False, repo=
 
 
 ns.add_task(publish)
+
+
+@task(help={"check": "write nothing; fail if a generated page differs from its sources (CI's drift check)",
+            "site": "also build the static site (mkdocs) into this folder", "dry_run": "print, write nothing"})
+@edge
+def docs(c, check=False, site=None, dry_run=False):
+    """Generate the recipe pages and the indexes of recipes and fixes under docs/ (--site DIR: mkdocs too)."""
+    from pathlib import Path
+
+    from cookbook import docs as d
+
+    d.write(check=check, dry_run=dry_run)
+    if site:
+        d.build_site(Path(site), dry_run=dry_run)
+
+
+ns.add_task(docs)

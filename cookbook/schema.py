@@ -156,6 +156,13 @@ class Rule(Strict):
     text: StrictStr
 
 
+class Section(Strict):
+    """A section of the recipe's page in prose (the page's "Prefix caching", say)."""
+
+    title: StrictStr
+    text: StrictStr
+
+
 class Image(Strict):
     port: int = 8000
     health_path: StrictStr = "/health"
@@ -178,3 +185,5 @@ class Recipe(Strict):
     rules: list[Rule] = []
     image: Image = Image()
     launch_notes: list[StrictStr] = []
+    sections: list[Section] = []
+    adds: StrictStr | None = Field(None, description="what this recipe adds over the one it extends, as a phrase")
