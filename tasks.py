@@ -175,17 +175,20 @@ ns.add_task(test)
             "image": "local image to publish (default: the recipe's content tag)",
             "standin": "look for the stand-in build (it is refused: stand-ins are never published)",
             "repo": "local image repository prefix", "sbom": "attach the SBOM and provenance (default on)",
+            "digest_file": "also write the pushed digest here (for signing in CI)",
             "dry_run": "print the commands, push nothing"})
 @edge
 def publish(c, registry, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", sbom=True,
-            dry_run=False):
+            digest_file=None, dry_run=False):
     """Push a checked image under its content tag and the moving ones; print its digest; attach SBOM and provenance.
 
     Credentials: COOKBOOK_REGISTRY_USER and COOKBOOK_REGISTRY_PASSWORD, else the Docker config; never printed.
     """
     from cookbook import publish as p
 
-    p.publish(recipe, registry, image=image, standin=standin, repo=repo, dry_run=dry_run, sbom=sbom)
+    done = p.publish(recipe, registry, image=image, standin=standin, repo=repo, dry_run=dry_run, sbom=sbom)
+    if done and digest_file:
+        p.write_digest(done, digest_file)
 
 
 ns.add_task(publish)

@@ -91,6 +91,14 @@ class Published:
     provenance: Path | None
 
 
+def write_digest(done: Published, path: str) -> None:
+    """`REPOSITORY@DIGEST` into PATH (temp file, then rename): what a CI signing step signs."""
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(f"{done.repository}@{done.digest}\n")
+    tmp.replace(out)
+
+
 def checks_problem(image_id: str) -> str | None:
     try:
         report = imagecheck.require_passed(image_id)
