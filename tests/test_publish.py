@@ -68,10 +68,6 @@ def test_remote_tags(standin, moving):
     assert publish.remote_tags("v0.26.0-abcd1234", "v0.26.0", standin) == ("v0.26.0-abcd1234", moving)
 
 
-def test_attachment_tag_is_the_referrers_fallback_tag():
-    assert supply.attachment_tag("sha256:" + "ab" * 32, "sbom") == "sha256-" + "ab" * 32 + ".sbom"
-
-
 def test_dry_run_names_no_secret_and_pushes_nothing(monkeypatch, capsys):
     monkeypatch.setenv("COOKBOOK_REGISTRY_USER", "me")
     monkeypatch.setenv("COOKBOOK_REGISTRY_PASSWORD", "dry-run-secret")
