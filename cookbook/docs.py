@@ -169,10 +169,12 @@ def bench_svg(loaded: LoadedRecipe, bench: results.Run | None) -> str:
         entry = bench.entry(s.name) if bench else None
         values = entry.values if entry else s.expect
         if "tokens_per_s" in values or "aggregate_tokens_per_s" in values:
-            rows.append((s.title, float(values.get("tokens_per_s", values.get("aggregate_tokens_per_s"))), "tokens/s"))
+            value = float(values.get("tokens_per_s", values.get("aggregate_tokens_per_s")))
+            rows.append((s.title, value, "tokens/s", f"{value:g} tokens/s"))
         elif "seconds_to_answer" in values:
             v = values["seconds_to_answer"]
-            rows.append((s.title, float(v[-1] if isinstance(v, list) else v), "s"))
+            rows.append((s.title, float(v[-1] if isinstance(v, list) else v), "s",
+                         figure({"seconds_to_answer": v}).removesuffix(" to the answer")))
     width, bar_x, bar_w, row_h = 760, 330, 300, 26
     height = 40 + row_h * len(rows)
     source = "latest bench run" if bench else "published figures (no run recorded)"
@@ -181,15 +183,15 @@ def bench_svg(loaded: LoadedRecipe, bench: results.Run | None) -> str:
            f"<!-- {note([loaded.rel_path])} -->",
            f'<text x="8" y="18" font-weight="bold">{_xml(loaded.recipe.title)}: {source}</text>']
     for unit in ("tokens/s", "s"):
-        top = max((v for _, v, u in rows if u == unit), default=0) or 1
-        for i, (title, value, u) in enumerate(rows):
+        top = max((v for _, v, u, _ in rows if u == unit), default=0) or 1
+        for i, (title, value, u, label) in enumerate(rows):
             if u != unit:
                 continue
             y = 32 + i * row_h
             colour = "#3b6ea8" if unit == "tokens/s" else "#a8623b"
             out.append(f'<text x="8" y="{y + 14}">{_xml(title)}</text>')
             out.append(f'<rect x="{bar_x}" y="{y + 3}" width="{value / top * bar_w:.1f}" height="16" fill="{colour}"/>')
-            out.append(f'<text x="{bar_x + value / top * bar_w + 6:.1f}" y="{y + 15}">{value:g} {unit}</text>')
+            out.append(f'<text x="{bar_x + value / top * bar_w + 6:.1f}" y="{y + 15}">{_xml(label)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -217,13 +219,15 @@ def fixes_page(everything: list[LoadedRecipe], written: set[str]) -> str:
              "applied by no image.", ""]
     for name in fixes.profile_names():
         profile = fixes.load_profile(name)
-        lines += [f"## Profile {name}", "", "| # | Fix | Kind | State | Recipes |", "|---|---|---|---|---|"]
+        lines += [f"## Profile {name}", "", "| # | Fix | What it mends | Kind | State | Recipes |",
+                  "|---|---|---|---|---|---|"]
         for i, fix in enumerate(profile.order, 1):
             users = [f"[{lr.id}](recipes/{lr.id}.md)" for lr in everything
                      if lr.recipe.fixes.profile == name and fix in lr.fixes]
             kind = "opt-in" if fix in profile.opt_in else "generic"
             state = "written" if fix in written else "not written yet"
-            lines.append(f"| {i} | `{fix}` | {kind} | {state} | {', '.join(users) or '-'} |")
+            title = fixes.load_fix(fix).title if fix in written else "-"
+            lines.append(f"| {i} | `{fix}` | {title} | {kind} | {state} | {', '.join(users) or '-'} |")
         lines.append("")
     return "\n".join(lines)
 

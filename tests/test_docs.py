@@ -134,3 +134,12 @@ def test_the_site_builds_and_the_task_checks_drift(tmp_path):
     assert (tmp_path / "site" / "recipes" / "qwen3.5-27b-fp8.html").is_file()
     html = (tmp_path / "site" / "recipes" / "qwen3.5-27b-fp8.html").read_text()
     assert "623,359" in html and "qwen3.5-27b-fp8-bench.svg" in html
+
+
+def test_the_fix_index_names_written_fixes_and_their_recipes(with_testpack):
+    from cookbook import fixes
+
+    text = docs.fixes_page(recipes.load_all(), set(fixes.fix_names()))
+    assert "| 1 | `selftest-runner` | Test fix on the runner | generic | written |" in text
+    assert "| `gdn-prefix-cache` | - | opt-in | not written yet | [qwen3.5-27b-fp8](recipes/qwen3.5-27b-fp8.md)" in text
+    assert "`strict-think-end` | - | opt-in | not written yet | [qwen3.6-27b-fp8](recipes/qwen3.6-27b-fp8.md) |" in text
