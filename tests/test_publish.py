@@ -256,3 +256,20 @@ def test_the_real_recipe_standin_build_is_refused(publishable, auth_registry):
         assert reason in out.stderr, out.stderr
     assert built.image_id[:19] in out.stderr
     assert auth_registry.tags("real/qwen3.5-27b-fp8") == []
+
+
+def test_a_half_done_publish_is_completed_without_pushing_again(publishable, pack, auth_registry, env_creds):
+    """The content tag is there (a run that stopped after its first push): publishing again adds the
+    moving tags only."""
+    path, built = publishable
+    from cookbook import registry
+
+    content = built.tags[0].rsplit(":", 1)[1]
+    with registry.credentials(auth_registry.host) as creds:
+        first = registry.Registry(f"{auth_registry.host}/half", creds).push_image(
+            built.image_id, f"{auth_registry.host}/half/publish-test:{content}")
+    done = publish.publish(str(path), f"{auth_registry.host}/half", standin=True, repo=TEST_REPO,
+                           allow_standin=True, sbom=False)
+    assert done.digest == first, (done, first)
+    assert done.changed == ["v0.26.0-standin", "latest-standin"], done
+    assert sorted(auth_registry.tags("half/publish-test")) == sorted(done.tags)
