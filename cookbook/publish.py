@@ -123,6 +123,9 @@ def publish(ref: str, target: str, *, image: str | None = None, standin: bool = 
         if dry_run:
             return _dry_run(reg, loaded, image, repository, content, moving, creds, sbom)
         engine.require_daemon()
+        if not engine.image_exists(image):
+            raise PublishError(f"no local image {image}", hint=f"build and check it first: invoke build --recipe "
+                               f"{loaded.id}, then invoke test --recipe {loaded.id}")
         info = engine.inspect(image)
         image_id, labels = info["Id"], info["Config"].get("Labels") or {}
         content_ref = f"{repository}:{content}"
