@@ -260,3 +260,43 @@ def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo="gaudi-cookbook", record=N
 
 
 ns.add_task(doctor)
+
+
+@task(help={"recipe": "recipe id or path", "registry": "HOST[:PORT][/NAMESPACE] to push to",
+            "image": "local image to publish (default: the recipe's content tag)",
+            "standin": "look for the stand-in build (it is refused: stand-ins are never published)",
+            "repo": "local image repository prefix", "sbom": "attach the SBOM and provenance (default on)",
+            "digest_file": "also write the pushed digest here (for signing in CI)",
+            "dry_run": "print the commands, push nothing"})
+@edge
+def publish(c, registry, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", sbom=True,
+            digest_file=None, dry_run=False):
+    """Push a checked image under its content tag and the moving ones; print its digest; attach SBOM and provenance.
+
+    Credentials: COOKBOOK_REGISTRY_USER and COOKBOOK_REGISTRY_PASSWORD, else the Docker config; never printed.
+    """
+    from cookbook import publish as p
+
+    done = p.publish(recipe, registry, image=image, standin=standin, repo=repo, dry_run=dry_run, sbom=sbom)
+    if done and digest_file:
+        p.write_digest(done, digest_file)
+
+
+ns.add_task(publish)
+
+
+@task(help={"check": "write nothing; fail if a generated page differs from its sources (CI's drift check)",
+            "site": "also build the static site (mkdocs) into this folder", "dry_run": "print, write nothing"})
+@edge
+def docs(c, check=False, site=None, dry_run=False):
+    """Generate the recipe pages and the indexes of recipes and fixes under docs/ (--site DIR: mkdocs too)."""
+    from pathlib import Path
+
+    from cookbook import docs as d
+
+    d.write(check=check, dry_run=dry_run)
+    if site:
+        d.build_site(Path(site), dry_run=dry_run)
+
+
+ns.add_task(docs)

@@ -78,6 +78,10 @@ class HostError(CookbookError):
     """A host that cannot serve a recipe at all (no Gaudi), said in one line by `invoke doctor`."""
 
 
+class PublishError(CookbookError):
+    """An image that may not be published, or a registry that refused it."""
+
+
 def where(path, line: int | None = None, key: str | None = None) -> str:
     """Format a location as `file:line (key a.b.c)` for error messages."""
     loc = str(path)

@@ -194,6 +194,13 @@ class Rule(Strict):
     text: Prose
 
 
+class Section(Strict):
+    """A section of the recipe's page in prose (the page's "Prefix caching", say)."""
+
+    title: Text
+    text: Prose
+
+
 class Image(Strict):
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 8000
     health_path: UrlPath = "/health"
@@ -216,3 +223,5 @@ class Recipe(Strict):
     rules: list[Rule] = []
     image: Image = Image()
     launch_notes: list[Prose] = []
+    sections: list[Section] = []
+    adds: Prose | None = Field(None, description="what this recipe adds over the one it extends, as a phrase")

@@ -35,6 +35,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 
 scripts/docker-engine.sh
+scripts/publish-tools.sh
 
 # vllm-gaudi comes from GitHub or a local mirror (COOKBOOK_UPSTREAM_FROM); vLLM from PyPI. Where
 # neither can be reached, the tests that need these sources skip and say why.

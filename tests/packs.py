@@ -47,12 +47,16 @@ def find(text: str, qualname: str) -> ast.AST:
 
 
 def build(tmp: Path, edits: list[tuple[str, str, str, Callable[[str], str]]],
-          requires: dict[str, list[str]] | None = None) -> Path:
-    """A pack of fixes (name, package, file, edit), each made by `fixes.new` from an edited copy."""
+          requires: dict[str, list[str]] | None = None, only: bool = False) -> Path:
+    """A pack of fixes (name, package, file, edit), each made by `fixes.new` from an edited copy.
+    `only`: the profile's order is these test fixes alone, so an image built with this pack has every
+    fix written (the publish tests need one)."""
     pack = tmp / "fixes"
     (pack / "profiles").mkdir(parents=True)
     profile = yaml.safe_load((FIXES / "profiles" / "v0.26.0.yaml").read_text())
-    profile["order"] = [name for name, *_ in edits] + profile["order"]
+    profile["order"] = [name for name, *_ in edits] + ([] if only else profile["order"])
+    if only:
+        profile["opt_in"] = []
     (pack / "profiles" / "v0.26.0.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
     roots = package_roots(fixes.load_profile("v0.26.0", pack))
     for name, package, rel, edit in edits:
@@ -66,7 +70,7 @@ def build(tmp: Path, edits: list[tuple[str, str, str, Callable[[str], str]]],
     return pack
 
 
-def make(tmp: Path, names=("selftest-runner", "selftest-request")) -> Path:
+def make(tmp: Path, names=("selftest-runner", "selftest-request"), only: bool = False) -> Path:
     runner, request = names
     return build(tmp, [(runner, "vllm_gaudi", RUNNER, mark_first_line), (request, "vllm", REQUEST, mark_first_line)],
-                 requires={request: [runner]})
+                 requires={request: [runner]}, only=only)

@@ -1,0 +1,228 @@
+"""`invoke publish`: push a checked image to a registry under its content tag and the moving tags,
+read the manifest back, and attach its SBOM and provenance.
+
+What may be published is one pure function, `refusals()`, which lists every reason at once:
+stand-in images, images with unwritten fixes (or built with --allow-unwritten-fixes), images whose
+checks have not passed, recipes without a pinned base digest, images of another version of the
+recipe, and a content tag that already holds a different image. The same image again is a no-op:
+identity is the image id (the manifest's config digest), which is the same on every machine
+whatever compression a push chose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import engine, imagecheck, recipes, registry, steps, supply
+from .errors import CheckFailure, PublishError
+from .progress import say
+from .recipes import LoadedRecipe
+
+STANDIN_LABEL = "cookbook.standin"
+NOT_WRITTEN_LABEL = "cookbook.fixes.not-written"
+# Set by `invoke build --allow-unwritten-fixes` (issue 7): such an image may run, never be published.
+ALLOW_UNWRITTEN_LABEL = "cookbook.fixes.allow-unwritten"
+BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
+MOVING = ("latest",)  # besides the vllm-gaudi version
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the refusals are decided on, gathered at the edges."""
+
+    recipe: str
+    recipe_hash: str
+    recipe_base_digest: str | None
+    image_id: str
+    labels: dict[str, str]
+    checks_problem: str | None  # None: the image's checks passed, with evidence for this image id
+    remote_image_id: str | None  # the image id the content tag holds at the registry, if any
+    content_ref: str
+
+
+def refusals(f: Facts, allow_standin: bool = False) -> list[str]:
+    """Every reason the image may not be published; empty when it may. Pure, table-tested.
+    `allow_standin` is for the tests' loopback registry only; the task never sets it."""
+    out = []
+    labels = f.labels
+    standin = labels.get(STANDIN_LABEL) != "false"
+    if standin and not allow_standin:
+        out.append(f"it is a stand-in image ({STANDIN_LABEL}={labels.get(STANDIN_LABEL, '<missing>')}): "
+                   "stand-in images are never published as Gaudi images")
+    if labels.get(NOT_WRITTEN_LABEL):
+        out.append(f"its fixes are not all written ({NOT_WRITTEN_LABEL}: {labels[NOT_WRITTEN_LABEL]})")
+    if labels.get(ALLOW_UNWRITTEN_LABEL, "false") != "false":
+        out.append(f"it was built with --allow-unwritten-fixes ({ALLOW_UNWRITTEN_LABEL}="
+                   f"{labels[ALLOW_UNWRITTEN_LABEL]})")
+    if f.checks_problem:
+        out.append(f"its image checks have not passed: {f.checks_problem}")
+    if labels.get("cookbook.recipe") != f.recipe or labels.get("cookbook.recipe.hash") != f.recipe_hash:
+        out.append(f"it was built from another recipe or another version of {f.recipe} "
+                   f"(label {labels.get('cookbook.recipe')} {labels.get('cookbook.recipe.hash', '')[:12]}, "
+                   f"recipe {f.recipe_hash[:12]}): build it again")
+    if not f.recipe_base_digest:
+        out.append("the recipe does not pin its base by digest (base.digest): a published image must say "
+                   "exactly what it was built on")
+    elif not standin and labels.get(BASE_DIGEST_LABEL) != f.recipe_base_digest:
+        out.append(f"its {BASE_DIGEST_LABEL} label ({labels.get(BASE_DIGEST_LABEL, '<missing>')}) is not the "
+                   f"recipe's base.digest {f.recipe_base_digest}")
+    if f.remote_image_id and f.remote_image_id != f.image_id:
+        out.append(f"{f.content_ref} already holds a different image ({f.remote_image_id[:19]}, this one "
+                   f"{f.image_id[:19]}): content tags are immutable")
+    return out
+
+
+def remote_tags(content_tag: str, version: str, standin: bool) -> tuple[str, list[str]]:
+    """The content tag and the moving ones. Stand-in images (tests only) say so in every tag."""
+    suffix = "-standin" if standin else ""
+    return content_tag, [f"{version}{suffix}", *(f"{m}{suffix}" for m in MOVING)]
+
+
+@dataclass(frozen=True)
+class Published:
+    repository: str
+    digest: str
+    tags: list[str]
+    changed: list[str]  # what this run wrote; empty on a re-push of the same image
+    sbom: Path | None
+    provenance: Path | None
+
+
+def write_digest(done: Published, path: str) -> None:
+    """`REPOSITORY@DIGEST` into PATH (temp file, then rename): what a CI signing step signs."""
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(f"{done.repository}@{done.digest}\n")
+    tmp.replace(out)
+
+
+def checks_problem(image_id: str) -> str | None:
+    try:
+        report = imagecheck.require_passed(image_id)
+    except CheckFailure as exc:
+        return exc.what
+    if report.get("image_id") != image_id:
+        return f"the evidence names image {str(report.get('image_id'))[:19]}, not this one"
+    return None
+
+
+def publish(ref: str, target: str, *, image: str | None = None, standin: bool = False,
+            repo: str = steps.DEFAULT_REPO, dry_run: bool = False, sbom: bool = True,
+            allow_standin: bool = False) -> Published | None:
+    loaded = recipes.load(ref)
+    local_tags = steps.tags_for(loaded, repo, standin)
+    image = image or local_tags[0]
+    content_tag = local_tags[0].rsplit(":", 1)[1]
+    with registry.credentials(registry.split_target(target)[0]) as creds:
+        reg = registry.Registry(target, creds)
+        repository = reg.repo(loaded.id)
+        content, moving = remote_tags(content_tag, loaded.recipe.base.vllm_gaudi.version, standin)
+        if dry_run:
+            return _dry_run(reg, loaded, image, repository, content, moving, creds, sbom)
+        engine.require_daemon()
+        if not engine.image_exists(image):
+            raise PublishError(f"no local image {image}", hint=f"build and check it first: invoke build --recipe "
+                               f"{loaded.id}, then invoke test --recipe {loaded.id}")
+        info = engine.inspect(image)
+        image_id, labels = info["Id"], info["Config"].get("Labels") or {}
+        content_ref = f"{repository}:{content}"
+        facts = Facts(loaded.id, loaded.hash, loaded.recipe.base.digest, image_id, labels, checks_problem(image_id),
+                      None, content_ref)
+        # What the image itself says decides first, without a word to the registry; then the tag.
+        _refuse(image, image_id, repository, refusals(facts, allow_standin=allow_standin))
+        remote = reg.inspect(content_ref)
+        if remote:
+            facts = dataclasses.replace(facts, remote_image_id=remote.config_digest)
+            _refuse(image, image_id, repository, refusals(facts, allow_standin=allow_standin))
+        return _push(reg, loaded, image_id, labels, repository, content, moving, remote, creds, sbom)
+
+
+def _refuse(image: str, image_id: str, repository: str, problems: list[str]) -> None:
+    if problems:
+        raise PublishError(f"{image} ({image_id[:19]}) may not be published to {repository}:\n  - "
+                           + "\n  - ".join(problems))
+
+
+def _push(reg, loaded: LoadedRecipe, image_id: str, labels: dict, repository: str, content: str, moving: list[str],
+          remote, creds, with_sbom: bool) -> Published:
+    changed = []
+    if remote is None:
+        say(f"pushing {image_id[:19]} to {repository}:{content} (credentials: {creds.source})")
+        digest = reg.push_image(image_id, f"{repository}:{content}")
+        changed.append(content)
+    else:
+        digest = remote.digest
+        say(f"{repository}:{content} already holds this image ({digest[:19]}): not pushed again")
+    pushed = reg.inspect(f"{repository}@{digest}")
+    _verify(pushed, image_id, labels, digest)
+    for tag in moving:
+        current = reg.inspect(f"{repository}:{tag}")
+        if current is None or current.digest != digest:
+            reg.tag(repository, digest, tag)
+            changed.append(tag)
+    sbom_path = prov_path = None
+    if with_sbom:
+        sbom_path, prov_path = _attach(reg, loaded, image_id, labels, repository, pushed, creds, changed)
+    print(f"digest   {digest}")
+    for tag in [content, *moving]:
+        print(f"pushed   {repository}:{tag}")
+    print(f"pull     docker pull {repository}@{digest}")
+    if not changed:
+        print("no change: the registry already held this image, its tags and its attachments")
+    return Published(repository, digest, [content, *moving], changed, sbom_path, prov_path)
+
+
+def _verify(pushed, image_id: str, labels: dict, digest: str) -> None:
+    """The manifest read back must be the one pushed, of this image, with these labels."""
+    if pushed is None or pushed.digest != digest:
+        raise PublishError(f"the registry does not serve {digest} after the push")
+    if pushed.config_digest != image_id:
+        raise PublishError(f"the pushed manifest's config is {pushed.config_digest[:19]}, "
+                           f"not the image {image_id[:19]}")
+    if pushed.labels != labels:
+        differ = sorted(k for k in set(labels) | set(pushed.labels) if labels.get(k) != pushed.labels.get(k))
+        raise PublishError(f"the pushed image's labels differ from the local image's: {', '.join(differ)}")
+
+
+def _attach(reg, loaded, image_id, labels, repository, pushed, creds, changed) -> tuple[Path, Path]:
+    """SBOM and provenance beside the image's evidence, each attached once to the pushed manifest."""
+    folder = imagecheck.evidence_path(image_id).parent
+    sbom_path, prov_path = folder / "sbom.spdx.json", folder / "provenance.json"
+    for kind, path, media_type in (("sbom", sbom_path, supply.SBOM_MEDIA_TYPE),
+                                   ("prov", prov_path, supply.PROVENANCE_MEDIA_TYPE)):
+        tag = supply.attachment_tag(pushed.digest, kind)
+        if reg.exists(f"{repository}:{tag}"):
+            continue
+        if kind == "sbom":
+            if not path.is_file():
+                say(f"SBOM of {image_id[:19]} (syft)")
+                supply.sbom(image_id.removeprefix("sha256:"), path)
+        else:
+            evidence_file = imagecheck.evidence_path(image_id)
+            supply.write_json(supply.provenance(
+                repository=repository, manifest_digest=pushed.digest, image_id=image_id, labels=labels,
+                evidence=json.loads(evidence_file.read_text()), evidence_sha256=supply.sha256_file(evidence_file)),
+                path)
+        supply.attach(reg.host, repository, pushed.digest, pushed.media_type, pushed.size, path, media_type, kind,
+                      creds)
+        changed.append(tag)
+        say(f"attached {path.name} as {repository}:{tag}")
+    return sbom_path, prov_path
+
+
+def _dry_run(reg, loaded, image, repository, content, moving, creds, with_sbom) -> None:
+    print(f"# credentials: {creds.source}")
+    print(f"docker image inspect {image}   # labels, id; refused unless publishable")
+    print(f"skopeo inspect --raw docker://{repository}:{content}   # must be absent or this same image")
+    print(" ".join(reg.push_command(image, f"{repository}:{content}")))
+    for tag in moving:
+        print(f"skopeo copy --preserve-digests docker://{repository}@<digest> docker://{repository}:{tag}")
+    print(f"skopeo inspect --raw docker://{repository}@<digest>   # read back: digest, config = image id, labels")
+    if with_sbom:
+        print(" ".join(supply.syft_command("<image-id>", Path("<evidence>/sbom.spdx.json"))))
+        for kind in ("sbom", "prov"):
+            print(f"oras attach {repository}:sha256-<digest hex>.{kind} --subject {repository}@<digest>")
+    return None

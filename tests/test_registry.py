@@ -1,0 +1,71 @@
+"""cookbook/registry.py: target parsing, plain HTTP only on the loopback, where credentials come
+from (table-tested), and that a password never reaches an auth file anyone else can read or an
+error message. The registry calls themselves run against a real registry in test_publish.py."""
+
+import json
+import stat
+
+import pytest
+
+from cookbook import registry
+from cookbook.errors import PublishError
+
+
+@pytest.mark.parametrize("host,plain", [
+    ("127.0.0.1:5000", True), ("127.5.5.5", True), ("localhost:5000", True), ("[::1]:5000", True),
+    ("ghcr.io", False), ("10.0.0.1:5000", False), ("registry.example.com:443", False),
+])
+def test_plain_http_only_on_the_loopback(host, plain):
+    assert registry.plain_http(host) is plain
+
+
+@pytest.mark.parametrize("target,split", [
+    ("127.0.0.1:5000", ("127.0.0.1:5000", "")),
+    ("ghcr.io/my-org", ("ghcr.io", "my-org")),
+    ("ghcr.io/my-org/team/", ("ghcr.io", "my-org/team")),
+    ("docker://quay.io/x", ("quay.io", "x")),
+])
+def test_split_target(target, split):
+    assert registry.split_target(target) == split
+
+
+@pytest.mark.parametrize("target", ["", "https://ghcr.io/x", "ghcr.io/x@sha256:00"])
+def test_bad_targets_are_refused(target):
+    with pytest.raises(PublishError, match="HOST"):
+        registry.split_target(target)
+
+
+@pytest.mark.parametrize("env,config,source", [
+    ({registry.USER_ENV: "u", registry.PASSWORD_ENV: "p"}, True, "env"),
+    ({registry.USER_ENV: "u", registry.PASSWORD_ENV: "p"}, False, "env"),
+    ({}, True, "docker-config"),
+    ({}, False, "none"),
+])
+def test_credential_source(env, config, source):
+    assert registry.credential_source(env, config) == source
+
+
+@pytest.mark.parametrize("env", [{registry.USER_ENV: "u"}, {registry.PASSWORD_ENV: "p"}])
+def test_half_a_credential_is_refused_without_the_password(env):
+    with pytest.raises(PublishError, match="go together") as err:
+        registry.credential_source(env, False)
+    assert "p" not in str(err.value).split("go together")[1].replace(registry.PASSWORD_ENV, "")
+
+
+def test_env_credentials_go_to_a_private_temporary_auth_file(tmp_path):
+    env = {registry.USER_ENV: "me", registry.PASSWORD_ENV: "s3cret-pw", "HOME": str(tmp_path)}
+    with registry.credentials("127.0.0.1:5000", env) as creds:
+        path = creds.authfile
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert set(json.loads(path.read_text())["auths"]) == {"127.0.0.1:5000"}
+        assert "s3cret-pw" not in creds.source
+        assert creds.scrub("denied for me:s3cret-pw") == "denied for me:***"
+    assert not path.exists()
+
+
+def test_docker_config_is_used_where_no_env_credentials(tmp_path):
+    (tmp_path / "config.json").write_text('{"auths": {}}')
+    with registry.credentials("ghcr.io", {"DOCKER_CONFIG": str(tmp_path)}) as creds:
+        assert creds.authfile == tmp_path / "config.json" and str(tmp_path) in creds.source
+    with registry.credentials("ghcr.io", {"HOME": str(tmp_path / "nobody")}) as creds:
+        assert creds.authfile is None and "anonymous" in creds.source
