@@ -226,7 +226,7 @@ def fixes_page(everything: list[LoadedRecipe], written: set[str]) -> str:
                      if lr.recipe.fixes.profile == name and fix in lr.fixes]
             kind = "opt-in" if fix in profile.opt_in else "generic"
             state = "written" if fix in written else "not written yet"
-            title = fixes.load_fix(fix).title if fix in written else "-"
+            title = md_cell(fixes.load_fix(fix).title) if fix in written else "-"
             lines.append(f"| {i} | `{fix}` | {title} | {kind} | {state} | {', '.join(users) or '-'} |")
         lines.append("")
     return "\n".join(lines)
@@ -295,3 +295,13 @@ def build_site(out: Path, dry_run: bool = False) -> Path:
     tmp.rename(out)
     say(f"site built into {out}")
     return out
+
+
+def md_cell(text: str) -> str:
+    """Text for a Markdown table cell: outside `code` spans, `<`, `>` and `&` become entities (a fix
+    title such as "only </think> ends reasoning" would otherwise be read as HTML) and `|` is escaped."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = (parts[i].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+                    .replace("|", "\\|"))
+    return "`".join(parts)

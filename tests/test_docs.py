@@ -143,3 +143,13 @@ def test_the_fix_index_names_written_fixes_and_their_recipes(with_testpack):
     assert "| 1 | `selftest-runner` | Test fix selftest-runner | generic | written |" in text
     assert "| `gdn-prefix-cache` | - | opt-in | not written yet | [qwen3.5-27b-fp8](recipes/qwen3.5-27b-fp8.md)" in text
     assert "`strict-think-end` | - | opt-in | not written yet | [qwen3.6-27b-fp8](recipes/qwen3.6-27b-fp8.md) |" in text
+
+
+@pytest.mark.parametrize("text, cell", [
+    ("plain title", "plain title"),
+    ("only </think> ends it", "only &lt;/think&gt; ends it"),
+    ("only `</think>` ends it", "only `</think>` ends it"),
+    ("a | b & c", "a \\| b &amp; c"),
+])
+def test_md_cell_keeps_html_and_pipes_out_of_table_cells(text, cell):
+    assert docs.md_cell(text) == cell
