@@ -9,11 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from cookbook import recipes, render, standin
+from cookbook import recipes, render, standin, steps
+from cookbook.fixes import fixplan
 from cookbook.paths import ROOT
 
-PAGE = ROOT.parent / "shared" / "spec" / "qwen3.5-27b-fp8-recipe-page.md"
+# The page's facts, inside the repository; the page itself only where the shared/ folder is (drift check).
+PAGE_FACTS = Path(__file__).parent / "data" / "qwen3.5-27b-fp8-page-facts.yaml"
+PAGE_NAME = "shared/spec/qwen3.5-27b-fp8-recipe-page.md"
 IDS = list(recipes.known_ids())
 
 
@@ -24,13 +28,20 @@ def files_for(rid: str, use_standin: bool = False) -> dict[str, bytes]:
 
 
 def page_launch_block() -> tuple[dict[str, str], list[str]]:
-    """The page's `export K=V` lines and its `vllm serve` command, as the page prints them."""
-    if not PAGE.is_file():
-        pytest.skip(f"the reference recipe page is not at {PAGE}")
-    text = PAGE.read_text()
+    """The page's `export K=V` lines and its `vllm serve` command, as the page prints them (copied facts)."""
+    facts = yaml.safe_load(PAGE_FACTS.read_text())
+    return facts["env"], facts["serve"]
+
+
+def test_page_facts_match_the_page():
+    """The copied facts are the page's, wherever the page is present (the lead's checkout, not CI)."""
+    page = next((d / PAGE_NAME for d in ROOT.parents if (d / PAGE_NAME).is_file()), None)
+    if page is None:
+        pytest.skip(f"{PAGE_NAME} is not beside this checkout; the copied facts stand in for it")
+    text = page.read_text()
     env = dict(re.findall(r"^export (\w+)=(\S+)$", text, re.M))
     serve = re.search(r"^vllm serve .*?(?=\n\n)", text, re.M | re.S).group(0)
-    return env, shlex.split(serve.replace("\\\n", " "))
+    assert page_launch_block() == (env, shlex.split(serve.replace("\\\n", " ")))
 
 
 @pytest.mark.parametrize("rid", IDS)
@@ -93,14 +104,14 @@ def test_manifest_names_recipe_base_commits_and_fixes():
     assert [f["name"] for f in m["fixes"]["order"]] == loaded.fixes
     for f in m["fixes"]["order"]:
         assert (f["status"] == "in-pack") == (f["sha256"] is not None)
-    assert set(m["files"]) >= {"Dockerfile", "entrypoint.py", "fixes/apply_all.py", "fixes/pack.json"}
+    assert set(m["files"]) == {"entrypoint.py", "fixes/apply_all.py", "fixes/fixplan.py", "fixes/pack.json"}
 
 
 def test_standin_context_is_built_from_the_standin_and_says_so():
     files = files_for("qwen3.5-27b-fp8", use_standin=True)
     assert b"\nFROM gaudi-cookbook/standin-base:v0.26.0\n" in files["Dockerfile"]
     assert b'cookbook.standin="true"' in files["Dockerfile"]
-    assert b'org.opencontainers.image.version="v0.26.0-' in files["Dockerfile"]
+    assert b'cookbook.publishable="false"' in files["Dockerfile"]
 
 
 def test_base_by_digest_when_known():
@@ -168,3 +179,85 @@ def test_entrypoint_dry_run_and_overrides(tmp_path):
     out = subprocess.run(["python3", str(path)], capture_output=True, text=True, check=True, env=env)
     words = shlex.split(out.stdout)
     assert words[2] == "/models/q" and words[-2:] == ["--served-model-name", "Qwen/Qwen3.5-27B-FP8"]
+
+
+def test_manifest_hash_label_is_the_shipped_files_sha256():
+    for use_standin in (False, True):
+        files = files_for("qwen3.5-27b-fp8", use_standin)
+        want = fixplan.sha256_bytes(files["manifest.json"])
+        assert f'cookbook.manifest.hash="{want}"'.encode() in files["Dockerfile"]
+
+
+def write_fix(pack: Path, name: str) -> None:
+    """A fix folder the host accepts (its target hash is not a real file's: rendering never applies it)."""
+    folder = pack / name
+    folder.mkdir(parents=True)
+    (folder / "0001.patch").write_text("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n")
+    (folder / "fix.yaml").write_text(yaml.safe_dump({
+        "title": "t", "why": "w", "how": "h", "targets": [{"package": "vllm_gaudi", "files": {"x.py": "0" * 64}}],
+        "patches": [{"package": "vllm_gaudi", "file": "0001.patch"}]}))
+
+
+def test_content_hash_covers_what_makes_the_image(tmp_path, monkeypatch):
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    base = standin.base("v0.26.0")
+    pack = tmp_path / "fixes"
+    shutil.copytree(ROOT / "fixes" / "profiles", pack / "profiles")
+    same = render.content_hash(render.context_files(loaded, base, pack))
+    assert render.content_hash(render.context_files(loaded, base, pack)) == same  # an unchanged checkout
+    write_fix(pack, "hybrid-decode-pad")
+    with_fix = render.content_hash(render.context_files(loaded, base, pack))
+    assert with_fix != same  # writing a fix
+    resolved = render.Base(**{**base.__dict__, "image_id": "sha256:" + "1" * 64})
+    assert render.content_hash(render.context_files(loaded, resolved, pack)) != with_fix  # another base
+    templates = tmp_path / "dockerfiles"
+    shutil.copytree(ROOT / "dockerfiles", templates)
+    entry = templates / "entrypoint.py.j2"
+    entry.write_text(entry.read_text() + "# a template change\n")
+    monkeypatch.setattr(render, "DOCKERFILES", templates)
+    assert render.content_hash(render.context_files(loaded, base, pack)) != with_fix  # a template
+
+
+def test_tags_carry_the_content_hash_not_the_recipe_hash(tmp_path):
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    files = files_for("qwen3.5-27b-fp8", use_standin=True)
+    content = render.content_hash(files)
+    tags = steps.tags_for(loaded, "r", "standin", content)
+    assert tags[0] == f"r/qwen3.5-27b-fp8:v0.26.0-{content[:8]}-standin" and content[:8] != loaded.hash[:8]
+
+
+def test_base_as_built_in_manifest_and_labels():
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    digest, image_id = "sha256:" + "d" * 64, "sha256:" + "e" * 64
+    base = render.Base(loaded.recipe.base.image, digest, False, "3.12", "/s", image_id)
+    files = render.context_files(loaded, base)
+    m = json.loads(files["manifest.json"])
+    assert m["base"]["digest"] == digest and m["base"]["id"] == image_id
+    assert f'org.opencontainers.image.base.digest="{digest}"'.encode() in files["Dockerfile"]
+    assert f'cookbook.base.id="{image_id}"'.encode() in files["Dockerfile"]
+
+
+@pytest.mark.parametrize("use_standin,allow,publishable", [(False, False, "false"), (False, True, "false"),
+                                                           (True, False, "false")])
+def test_unpublishable_images_say_so(use_standin, allow, publishable):
+    """No fix is written yet, so no image of the reference recipe may be published."""
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    base = standin.base("v0.26.0") if use_standin else render.vault_base(loaded)
+    files = render.context_files(loaded, base, allow_unwritten=allow)
+    m = json.loads(files["manifest.json"])
+    assert m["publishable"] is False and m["allow_unwritten_fixes"] is allow
+    assert f'cookbook.publishable="{publishable}"'.encode() in files["Dockerfile"]
+    assert f'cookbook.allow-unwritten-fixes="{str(allow).lower()}"'.encode() in files["Dockerfile"]
+
+
+def test_publishable_when_every_selected_fix_is_written(tmp_path):
+    pack = tmp_path / "fixes"
+    shutil.copytree(ROOT / "fixes" / "profiles", pack / "profiles")
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    for name in loaded.fixes:
+        write_fix(pack, name)
+    (pack / "gdn-prefix-cache" / "fix.yaml").write_text(
+        (pack / "gdn-prefix-cache" / "fix.yaml").read_text() + "opt_in: true\n")
+    files = render.context_files(loaded, render.vault_base(loaded), pack)
+    assert json.loads(files["manifest.json"])["publishable"] is True
+    assert b'cookbook.publishable="true"' in files["Dockerfile"]

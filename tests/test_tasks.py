@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from cookbook import recipes, steps
 from cookbook.paths import ROOT
 
 
@@ -56,8 +55,15 @@ def test_errors_are_one_message_not_a_traceback(args, words):
     assert "Traceback" not in out.stderr
 
 
-def test_extra_tags_keep_the_standin_mark():
-    loaded = recipes.load("qwen3.5-27b-fp8")
-    tags = steps.tags_for(loaded, "r", True, ["r/a:1", "r/b:standin"])
-    assert tags[2:] == ["r/a:1-standin", "r/b:standin"]
-    assert steps.tags_for(loaded, "r", False, ["r/a:1"])[2] == "r/a:1"
+def test_validate_says_which_fixes_are_not_written():
+    out = invoke("validate")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("not written: prompt-order") == 2
+
+
+def test_real_base_build_with_unwritten_fixes_is_refused():
+    out = invoke("build", "--recipe", "qwen3.5-27b-fp8", "--dry-run")
+    assert out.returncode == 1 and out.stderr.startswith("error: ") and "not written yet" in out.stderr
+    out = invoke("build", "--recipe", "qwen3.5-27b-fp8", "--dry-run", "--allow-unwritten-fixes")
+    assert out.returncode == 0, out.stderr
+    assert "v0.26.0-unwritten" in out.stdout and "base.digest" in out.stderr

@@ -1,0 +1,26 @@
+"""The image's claims hold: it ships the manifest this checkout renders for it, `cookbook.manifest.hash`
+is that file's sha256, `cookbook.content.hash` is the rendered context's hash (the exact tag's), and
+an image that may not be published says so."""
+
+import hashlib
+
+
+def test_manifest_is_the_rendered_one(host, expect):
+    shipped = host.file(expect["paths"]["manifest"]).content
+    assert hashlib.sha256(shipped).hexdigest() == expect["manifest_sha256"], \
+        "the image's manifest differs from what this checkout renders for it (rebuild it)"
+
+
+def test_manifest_hash_label_is_the_shipped_file(host, labels, expect):
+    shipped = host.file(expect["paths"]["manifest"]).content
+    assert labels.get("cookbook.manifest.hash") == hashlib.sha256(shipped).hexdigest()
+
+
+def test_content_hash_label(labels, expect):
+    assert labels.get("cookbook.content.hash") == expect["content_hash"]
+    assert labels.get("org.opencontainers.image.version", "").split("-")[1] == expect["content_hash"][:8]
+
+
+def test_never_published_when_it_must_not_be(labels, expect):
+    unpublishable = expect["standin"] or bool(expect["not_written"])
+    assert labels.get("cookbook.publishable") == ("false" if unpublishable else "true")
