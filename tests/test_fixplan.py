@@ -75,3 +75,15 @@ def test_host_and_image_select_alike():
     pack_profile = {"order": profile.order, "opt_in": profile.opt_in}
     image, _ = fixes.patch_applier().select_fixes("v0.26.0", pack_profile, pack_fixes, loaded.recipe.fixes.opt_in)
     assert image == loaded.fixes == fixes.select("v0.26.0", loaded.recipe.fixes.opt_in).names
+
+
+def test_one_place_for_image_paths_digests_templates_and_build_output():
+    """The facts fixplan and its users own are said once: no other file of the code names the image's
+    /opt/cookbook paths or computes a sha256 itself, one Jinja environment, one docker output loop."""
+    code = [p for p in [*(FIXES.parent / "cookbook").rglob("*.py"), FIXES / "apply_all.py",
+                        *(FIXES.parent / "dockerfiles").glob("*.j2"), FIXES.parent / "tasks.py"]]
+    text = {p.relative_to(FIXES.parent).as_posix(): p.read_text() for p in code}
+    assert [n for n, t in text.items() if "/opt/cookbook" in t.replace("/opt/cookbook/fix-record.json).", "")] == []
+    assert [n for n, t in text.items() if "hashlib" in t] == []
+    assert [n for n, t in text.items() if "jinja2.Environment(" in t] == ["cookbook/render.py"]
+    assert [n for n, t in text.items() if "import line" in t] == ["cookbook/engine.py"]  # engine.stream
