@@ -83,22 +83,19 @@ def test_lazy_mode_fails(derive, with_testpack):
     assert "test_env.py::test_mode_and_fix_env" in failed(result)
 
 
-def test_manifest_and_content_claims_fail(derive, with_testpack):
-    """An image whose manifest is not the one rendered for it, or whose content hash label lies."""
-    result = check(derive("claims", f"RUN echo >> {fixplan.MANIFEST}", 'LABEL cookbook.content.hash="0"'))
-    assert failed(result) == {"test_manifest.py::test_manifest_is_the_rendered_one",
-                              "test_manifest.py::test_manifest_hash_label_is_the_shipped_file",
+def test_edited_patched_file_and_manifest_fail(derive, with_testpack):
+    result = check(derive("edited", f"RUN echo '# edited' >> {SITE}/vllm_gaudi/{packs.RUNNER} && "
+                                    f"echo >> {fixplan.MANIFEST}"))
+    assert failed(result) == {"test_fixes.py::test_fixed_sources_match_their_record",
+                              "test_manifest.py::test_manifest_is_the_rendered_one",
+                              "test_manifest.py::test_manifest_hash_label_is_the_shipped_file"}
+
+
+def test_missing_or_lying_label_fails(derive, with_testpack):
+    result = check(derive("label", 'LABEL cookbook.recipe.hash="" org.opencontainers.image.vendor="" '
+                                   'cookbook.content.hash="0"'))
+    assert failed(result) == {"test_labels.py::test_recipe_labels", "test_labels.py::test_oci_keys_present",
                               "test_manifest.py::test_content_hash_label"}
-
-
-def test_edited_patched_file_fails(derive, with_testpack):
-    result = check(derive("edited", f"RUN echo '# edited' >> {SITE}/vllm_gaudi/{packs.RUNNER}"))
-    assert failed(result) == {"test_fixes.py::test_fixed_sources_match_their_record"}
-
-
-def test_missing_label_fails(derive, with_testpack):
-    result = check(derive("label", 'LABEL cookbook.recipe.hash="" org.opencontainers.image.vendor=""'))
-    assert failed(result) == {"test_labels.py::test_recipe_labels", "test_labels.py::test_oci_keys_present"}
 
 
 def test_leaked_token_fails(derive, with_testpack):

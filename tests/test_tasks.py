@@ -64,6 +64,4 @@ def test_validate_says_which_fixes_are_not_written():
 def test_real_base_build_with_unwritten_fixes_is_refused():
     out = invoke("build", "--recipe", "qwen3.5-27b-fp8", "--dry-run")
     assert out.returncode == 1 and out.stderr.startswith("error: ") and "not written yet" in out.stderr
-    out = invoke("build", "--recipe", "qwen3.5-27b-fp8", "--dry-run", "--allow-unwritten-fixes")
-    assert out.returncode == 0, out.stderr
-    assert "v0.26.0-unwritten" in out.stdout and "base.digest" in out.stderr
+    assert "--allow-unwritten-fixes" in out.stderr and "Traceback" not in out.stderr

@@ -2,17 +2,22 @@
 is that file's sha256, `cookbook.content.hash` is the rendered context's hash (the exact tag's), and
 an image that may not be published says so."""
 
+import pytest
+
 from cookbook.fixes import fixplan
 
 
-def test_manifest_is_the_rendered_one(host, expect):
-    shipped = host.file(expect["paths"]["manifest"]).content
+@pytest.fixture(scope="module")
+def shipped(host, expect) -> bytes:
+    return host.file(expect["paths"]["manifest"]).content
+
+
+def test_manifest_is_the_rendered_one(shipped, expect):
     assert fixplan.sha256_bytes(shipped) == expect["manifest_sha256"], \
         "the image's manifest differs from what this checkout renders for it (rebuild it)"
 
 
-def test_manifest_hash_label_is_the_shipped_file(host, labels, expect):
-    shipped = host.file(expect["paths"]["manifest"]).content
+def test_manifest_hash_label_is_the_shipped_file(shipped, labels):
     assert labels.get("cookbook.manifest.hash") == fixplan.sha256_bytes(shipped)
 
 
