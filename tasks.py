@@ -51,10 +51,13 @@ def recipes(c):
 def validate(c, recipe=None):
     """Validate recipes: schema, `extends`, and every rule."""
     from cookbook import recipes as r
+    from cookbook import steps
 
     loaded = [r.load(recipe)] if recipe else r.load_all()
     for item in loaded:
         print(f"ok  {item.id}  ({item.rel_path}, sha256 {item.hash[:12]})")
+        for line in steps.unwritten_note(item):
+            print(line)
 
 
 @task(help={"recipe": "recipe id or path", "out": "context folder (default build/<id>[-standin])",
@@ -70,13 +73,16 @@ def render(c, recipe=DEFAULT_RECIPE, out=None, standin=False, dry_run=False):
 @task(iterable=["tag"],
       help={"recipe": "recipe id or path", "standin": "build on the offline stand-in base",
             "tag": "an extra tag (repeatable)", "repo": "image repository prefix",
+            "allow_unwritten_fixes": "development only: build on the real base although some selected fixes are "
+                                     "not written; every tag says -unwritten and the image is never published",
             "dry_run": "print the commands, run nothing"})
 @edge
-def build(c, recipe=DEFAULT_RECIPE, standin=False, tag=None, repo="gaudi-cookbook", dry_run=False):
+def build(c, recipe=DEFAULT_RECIPE, standin=False, tag=None, repo="gaudi-cookbook", allow_unwritten_fixes=False,
+          dry_run=False):
     """Build a recipe's image on the Docker engine; print its id, size and what it adds over its base."""
     from cookbook import steps
 
-    steps.build_recipe(recipe, standin, tag, repo, dry_run)
+    steps.build_recipe(recipe, standin, tag, repo, dry_run, allow_unwritten_fixes)
 
 
 @task(name="standin", help={"recipe": "the recipe whose release the stand-in stands for",
@@ -207,7 +213,7 @@ def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbo
     from cookbook import imagecheck, recipes, steps
 
     loaded = recipes.load(recipe)
-    image = image or steps.tags_for(loaded, repo, standin)[0]
+    image = image or steps.moving_tag(loaded, repo, standin)
     result = imagecheck.run(loaded, image, steps.base_for(loaded, standin), dry_run=dry_run)
     if result and not result.passed:
         raise Exit(f"image checks failed for {image}; evidence in {result.evidence}", code=1)
@@ -252,7 +258,7 @@ def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo="gaudi-cookbook", record=N
     from cookbook import recipes, steps
 
     loaded = recipes.load(recipe)
-    image = image or steps.tags_for(loaded, repo, False)[0]
+    image = image or steps.moving_tag(loaded, repo, False)
     checks = d.run(loaded, image, Path(readings) if readings else None, Path(record) if record else None, dry_run)
     failed = [ch.name for ch in checks or [] if ch.status == d.FAIL]
     if failed:

@@ -6,14 +6,14 @@ tags are pointed at the finished image, so a failed build never leaves a tag on 
 
 from __future__ import annotations
 
-import subprocess
+import dataclasses
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import engine
 from .errors import BuildError, EngineError, PullError
-from .progress import line, say
+from .progress import say
 from .render import Base
 
 PULL_TIMEOUT_S = 60
@@ -31,11 +31,44 @@ class Built:
         return self.size - self.base_size
 
 
-def build_command(context: Path, iidfile: str = "<iidfile>", buildkit: bool = True) -> list[str]:
+def build_command(context: Path, iidfile: str = "<iidfile>", buildkit: bool = True,
+                  labels: dict[str, str] | None = None) -> list[str]:
     cmd = ["build", "--iidfile", iidfile]
     if buildkit:
         cmd += ["--progress=plain"]
+    for key, value in (labels or {}).items():
+        cmd += ["--label", f"{key}={value}"]
     return cmd + [str(context)]
+
+
+def build_labels(content_hash: str, exact_tag: str, revision: str | None) -> dict[str, str]:
+    """The labels that cannot be in the Dockerfile they would change (render's docstring): the content
+    hash, the version that carries its prefix (the exact tag's tag), and the checkout's commit (kept
+    out of the hash, so an unrelated commit does not give every image a new tag)."""
+    out = {"cookbook.content.hash": content_hash,
+           "org.opencontainers.image.version": exact_tag.rsplit(":", 1)[1]}
+    if revision:
+        out["org.opencontainers.image.revision"] = revision
+    return out
+
+
+def repository(image: str) -> str:
+    """`reg:5000/a/b:tag` -> `reg:5000/a/b` (a colon after the last slash starts the tag)."""
+    name = image.split("@", 1)[0]
+    head, _, tail = name.rpartition("/")
+    return f"{head}/{tail.split(':', 1)[0]}" if head else tail.split(":", 1)[0]
+
+
+def resolve_base(base: Base) -> Base:
+    """The base as the engine holds it: its image id, and its manifest digest (the recipe's pin, else
+    the registry digest the engine recorded when it pulled the image; a local-only image has none)."""
+    found = engine.inspect(base.from_ref)
+    digest = base.digest
+    if digest is None:
+        repo = repository(base.image)
+        digest = next((d.split("@", 1)[1] for d in found.get("RepoDigests") or []
+                       if repository(d) == repo), None)
+    return dataclasses.replace(base, digest=digest, image_id=found["Id"])
 
 
 def ensure_base(base: Base) -> None:
@@ -57,19 +90,14 @@ def ensure_base(base: Base) -> None:
         )
 
 
-def build(context: Path, tags: list[str], base: Base) -> Built:
+def build(context: Path, tags: list[str], base: Base, labels: dict[str, str] | None = None) -> Built:
     c = engine.client()
     with tempfile.TemporaryDirectory(prefix="cookbook-build.") as tmp:
         iidfile = Path(tmp) / "iid"
-        cmd = [c.path, *build_command(context, str(iidfile), c.buildkit)]
         say(f"building {context.name} with {c.path} {c.version} "
             f"({'BuildKit' if c.buildkit else 'legacy builder'})")
-        proc = subprocess.Popen(cmd, env=c.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        tail: list[str] = []
-        for out in proc.stdout:
-            line(out)
-            tail = (tail + [out.rstrip()])[-15:]
-        if proc.wait() != 0 or not iidfile.is_file():
+        code, tail = engine.stream(*build_command(context, str(iidfile), c.buildkit, labels))
+        if code != 0 or not iidfile.is_file():
             raise BuildError("docker build failed; no tag was set:\n    " + "\n    ".join(tail))
         image_id = iidfile.read_text().strip()
     for tag in tags:

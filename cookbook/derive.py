@@ -59,11 +59,6 @@ def runtime_env(recipe: Recipe) -> dict[str, str]:
     return {**recipe.env, **bucket_env(recipe.buckets)}
 
 
-def hpu_mode(env: dict[str, str]) -> str:
-    """`lazy` when PT_HPU_LAZY_MODE=1, else `compile`: the same test fixes/apply_all.py makes."""
-    return "lazy" if env.get("PT_HPU_LAZY_MODE") == "1" else "compile"
-
-
 def prefix_caching_on(serve: Serve) -> bool:
     if serve.enable_prefix_caching is None:
         return PREFIX_CACHING_DEFAULT
@@ -131,16 +126,16 @@ def hybrid_kv_block(geometry: Geometry, kernel_block: int) -> int | None:
     return math.ceil(tokens / kernel_block) * kernel_block
 
 
-def selected_fixes(order: list[str], opt_in_names: list[str], recipe_opt_in: list[str]) -> list[str]:
-    """The fixes a recipe gets: the profile's generic ones plus its opt-ins, in pack order."""
-    chosen = set(recipe_opt_in)
-    return [name for name in order if name not in opt_in_names or name in chosen]
+def tag_mark(standin: bool, allow_unwritten: bool) -> str:
+    """What every tag of an image that must never be published says: `standin` for the offline
+    stand-in base, `unwritten` for a real-base build with --allow-unwritten-fixes; else nothing."""
+    return "standin" if standin else "unwritten" if allow_unwritten else ""
 
 
-def image_tags(repo: str, rid: str, vllm_gaudi_version: str, recipe_hash: str, standin: bool) -> list[str]:
-    """The exact tag first, then the moving one. Stand-in images say so in every tag."""
-    suffix = "-standin" if standin else ""
+def image_tags(repo: str, rid: str, vllm_gaudi_version: str, content_hash: str, mark: str = "") -> list[str]:
+    """The exact tag (the content hash's prefix) first, then the moving one; the mark on both."""
+    suffix = f"-{mark}" if mark else ""
     return [
-        f"{repo}/{rid}:{vllm_gaudi_version}-{recipe_hash[:8]}{suffix}",
+        f"{repo}/{rid}:{vllm_gaudi_version}-{content_hash[:8]}{suffix}",
         f"{repo}/{rid}:{vllm_gaudi_version}{suffix}",
     ]

@@ -14,9 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-
-from . import derive, fixes, recipes, results
+from . import derive, fixes, recipes, render, results
 from .errors import CookbookError, RecipeError
 from .paths import ROOT
 from .progress import say
@@ -113,9 +111,8 @@ class Child:
     same_geometry: bool
 
 
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
+def _env():
+    return render.templates(TEMPLATES)
 
 
 def note(sources: list[str]) -> str:
@@ -149,7 +146,7 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
         entry = bench.entry(s.name) if bench else None
         result = figure(entry.values) if entry else ("not run" if bench else figure(s.expect))
         scenarios.append({"title": s.title, "result": result, "published": figure(s.expect)})
-    apply = f"python3 /opt/cookbook/fixes/apply_all.py --profile {r.fixes.profile}" + "".join(
+    apply = f"python3 {fixes.fixplan.APPLY_ALL} --profile {r.fixes.profile}" + "".join(
         f" {n}" for n in r.fixes.opt_in)
     sources = [loaded.rel_path] + [str(results.path_for(loaded.id, k).relative_to(ROOT))
                                    for k, run in (("smoke", smoke), ("bench", bench)) if run]

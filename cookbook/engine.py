@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from .errors import EngineError
 from .paths import ROOT
+from .progress import line
 
 START_HINT = f"start one with: {ROOT / 'scripts' / 'docker-engine.sh'}  (installs docker.io if missing)"
 
@@ -74,6 +75,18 @@ def docker(*args: str, check: bool = True, capture: bool = True, timeout: float 
     if check and out.returncode != 0:
         raise EngineError(f"`docker {' '.join(args[:3])}` failed: {(out.stderr or '').strip()[-600:]}")
     return out
+
+
+def stream(*args: str, keep: int = 15) -> tuple[int, list[str]]:
+    """Run `docker ARGS` with its output passed through line by line (builds are long): (exit code,
+    the last `keep` lines, for the error message)."""
+    c = client()
+    proc = subprocess.Popen([c.path, *args], env=c.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail: list[str] = []
+    for out in proc.stdout:
+        line(out)
+        tail = (tail + [out.rstrip()])[-keep:]
+    return proc.wait(), tail
 
 
 def require_daemon() -> None:

@@ -6,7 +6,6 @@ sha256 of each changed file, which is what apply_all.py checks an image against.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import tempfile
 from pathlib import Path
@@ -16,6 +15,7 @@ import yaml
 from . import fixes
 from .errors import FixError, UsageError
 from .fix_sources import apply_patch, package_roots, stage, targets_of
+from .fixes import fixplan
 from .paths import fixes_dir as default_fixes_dir
 from .progress import say
 
@@ -92,7 +92,7 @@ def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: 
     spec = {
         "title": title, "why": why, "how": how,
         "targets": [{"package": package,
-                     "files": {f: hashlib.sha256((roots[package] / f).read_bytes()).hexdigest() for f in files}}],
+                     "files": {f: fixplan.sha256_file(roots[package] / f) for f in files}}],
         "patches": [{"package": package, "file": patch_name}],
         "requires": requires or [],
         "env": env or {},

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import upstream
 from .errors import FixError
-from .fixes import FixSpec, ProfileSpec, engine
+from .fixes import FixSpec, ProfileSpec, patch_applier
 
 
 def package_roots(profile: ProfileSpec) -> dict[str, Path]:
@@ -31,8 +31,8 @@ def stage(roots: dict[str, Path], files: set[tuple[str, str]], dest: Path) -> No
 
 def apply_patch(fix_folder: Path, name: str, file: str, package: str, staging: Path, *,
                 reverse: bool = False, check_only: bool = False) -> tuple[bool, str]:
-    """Run the engine's own patch tool on one patch inside the staging copy."""
-    e = engine()
+    """Run the image's patch applier's own patch tool on one patch inside the staging copy."""
+    e = patch_applier()
     tool = e.find_patch_tool()
     cwd = staging / package
     cwd.mkdir(parents=True, exist_ok=True)

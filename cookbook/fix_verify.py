@@ -3,13 +3,13 @@ and say of each fix whether it applies, is already upstream, or conflicts (with 
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import fixes
 from .fix_sources import apply_patch, package_roots, stage, targets_of
+from .fixes import fixplan
 from .paths import fixes_dir as default_fixes_dir
 
 
@@ -43,7 +43,7 @@ def _verify_one(name: str, spec: fixes.FixSpec, roots: dict[str, Path], staging:
                 fixes_dir: Path) -> Outcome:
     for t in spec.targets:
         for path, sha in t.files.items():
-            found = hashlib.sha256((roots[t.package] / path).read_bytes()).hexdigest()
+            found = fixplan.sha256_file(roots[t.package] / path)
             if found != sha:
                 return Outcome(name, "target differs",
                                f"{t.package}/{path}: the release has {found[:12]}, fix.yaml says {sha[:12]}")

@@ -2,14 +2,18 @@
 and write the JSON index (`pack.json`) that `fixes/apply_all.py` reads inside the image.
 
 apply_all.py is standard library only, so it cannot read YAML: the host turns the YAML into
-pack.json once, and a test keeps the committed `fixes/pack.json` from drifting.
+pack.json once, and a test keeps the committed `fixes/pack.json` from drifting. What a selection
+gets, in which order and with which requirements, is fixes/fixplan.py's to say, on both sides:
+the host loads that very file (`fixplan` below) instead of keeping a copy.
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 import re
+import sys
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -20,6 +24,20 @@ from . import grammar, yamlsource
 from .errors import FixError, where
 from .paths import FIXES
 from .paths import fixes_dir as default_fixes_dir
+
+
+def _load_from_fixes(name: str, file: str):
+    """A standard-library file of fixes/ as a module, loaded once: the host runs the code the image runs."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, FIXES / file)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# The name apply_all.py imports it by, so the host and a loaded apply_all share one module.
+fixplan = _load_from_fixes("fixplan", "fixplan.py")
 
 SHA256 = r"^[0-9a-f]{64}$"
 PACKAGES = ("vllm_gaudi", "vllm")
@@ -146,32 +164,25 @@ def _validate(model: type[BaseModel], source: yamlsource.Source) -> BaseModel:
         raise FixError(f"{source.path} is not valid:\n" + "\n".join(problems)) from None
 
 
-def engine():
-    """fixes/apply_all.py as a module: the host reuses the engine's diff reading and patch running
-    instead of keeping a second copy of them."""
-    import importlib.util
-    import sys
-
-    name = "cookbook_apply_all"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, FIXES / "apply_all.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules[name] = module
-    return sys.modules[name]
+def patch_applier():
+    """fixes/apply_all.py, the patch applier that runs inside the image, as a module: the host reuses
+    its diff reading and patch running instead of keeping a second copy of them. (The Docker engine
+    is cookbook/engine.py.)"""
+    return _load_from_fixes("cookbook_apply_all", "apply_all.py")
 
 
 def patch_paths(diff: str) -> list[str]:
     """The files a -p1 unified diff changes, relative to the package root."""
     try:
-        return engine().patch_paths(diff)
+        return patch_applier().patch_paths(diff)
     except ValueError as exc:
         raise FixError(f"not a usable -p1 unified diff: {exc}") from None
 
 
 def resolve(profile: ProfileSpec, selected: list[str], fixes_dir: Path | None = None) -> dict[str, FixSpec]:
-    """The fixes of `selected` that exist, checked against each other: requirements present and
-    earlier in the order, no cycles, opt-in flags agreeing with the profile."""
+    """The fixes of `selected` that exist, checked against each other by fixplan, the code apply_all.py
+    runs: requirements present and earlier in the order, no cycles; and opt-in flags agreeing with the
+    profile. A selected fix not written yet counts as present (it is reported as not written)."""
     fixes_dir = fixes_dir or default_fixes_dir()
     present = {n: load_fix(n, fixes_dir) for n in selected if (fixes_dir / n / "fix.yaml").is_file()}
     for name, spec in present.items():
@@ -179,39 +190,47 @@ def resolve(profile: ProfileSpec, selected: list[str], fixes_dir: Path | None = 
             raise FixError(f"fix {name}: opt_in is {spec.opt_in} in fix.yaml but the profile says "
                            f"{'opt-in' if name in profile.opt_in else 'generic'}",
                            where=where(fixes_dir / name / "fix.yaml"))
-    _check_cycles({n: s.requires for n, s in present.items()}, fixes_dir)
-    for name, spec in present.items():
-        for req in spec.requires:
-            if req not in profile.order:
-                raise FixError(f"fix {name} requires {req!r}, which profile {profile.release} does not know",
-                               where=where(fixes_dir / name / "fix.yaml"))
-            if req not in selected or profile.order.index(req) > profile.order.index(name):
-                raise FixError(f"fix {name} requires {req}, which is not applied before it",
-                               where=where(fixes_dir / name / "fix.yaml"))
+    written = [n for n in profile.order if (fixes_dir / n / "fix.yaml").is_file()]
+    requires = {n: [] for n in [*written, *selected]} | {n: spec.requires for n, spec in present.items()}
+    cycle = fixplan.find_cycle(selected, requires)
+    if cycle:
+        raise FixError(fixplan.cycle_message(cycle), where=where(fixes_dir / cycle[0] / "fix.yaml"))
+    problems = fixplan.requirement_problems(profile.release, profile.order, selected, {}, requires)
+    if problems:
+        raise FixError("\n".join(message for _, message in problems),
+                       where=where(fixes_dir / problems[0][0] / "fix.yaml"))
     return present
 
 
-def _check_cycles(graph: dict[str, list[str]], fixes_dir: Path) -> None:
-    state: dict[str, int] = {}
+@dataclass(frozen=True)
+class Selection:
+    """A recipe's fixes, decided once: fixplan's selection, and which of it is written."""
 
-    def visit(node: str, trail: list[str]) -> None:
-        if state.get(node) == 2:
-            return
-        if state.get(node) == 1:
-            cycle = trail[trail.index(node):] + [node]
-            raise FixError("`requires` forms a cycle: " + " -> ".join(cycle),
-                           where=where(fixes_dir / node / "fix.yaml"))
-        state[node] = 1
-        for nxt in graph.get(node, []):
-            visit(nxt, trail + [node])
-        state[node] = 2
+    profile: ProfileSpec
+    names: list[str]  # the profile's generic fixes and the recipe's opt-ins, in pack order
+    written: dict[str, FixSpec]  # those that exist as fixes/<name>/fix.yaml, checked (resolve)
+    opt_in: list[str]  # the recipe's opt-ins, as it names them
 
-    for node in graph:
-        visit(node, [])
+    @property
+    def not_written(self) -> list[str]:
+        return [n for n in self.names if n not in self.written]
+
+    @property
+    def named_opt_ins(self) -> list[str]:
+        """The opt-ins to name to apply_all.py: it refuses a fix its pack does not carry."""
+        return [n for n in self.opt_in if n in self.written]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables the written fixes need (e.g. VLLM_COMPACT_GDN=1)."""
+        return {k: v for spec in self.written.values() for k, v in sorted(spec.env.items())}
 
 
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def select(profile_name: str, opt_in: list[str], fixes_dir: Path | None = None) -> Selection:
+    fixes_dir = fixes_dir or default_fixes_dir()
+    profile = load_profile(profile_name, fixes_dir)
+    names = fixplan.select(profile.order, profile.opt_in, opt_in)
+    return Selection(profile, names, resolve(profile, names, fixes_dir), list(opt_in))
 
 
 def pack_index(profiles: list[str] | None = None, only: list[str] | None = None,
@@ -234,7 +253,7 @@ def pack_index(profiles: list[str] | None = None, only: list[str] | None = None,
                 "targets": [{"package": t.package, "path": f, "sha256": sha}
                             for t in fix.targets for f, sha in sorted(t.files.items())],
                 "patches": [{"package": p.package, "file": f"{name}/{p.file}",
-                             "sha256": sha256_file(fixes_dir / name / p.file)} for p in fix.patches],
+                             "sha256": fixplan.sha256_file(fixes_dir / name / p.file)} for p in fix.patches],
             }
     return {
         "_generated": GENERATED,
@@ -270,10 +289,9 @@ def fix_hashes(names: list[str], fixes_dir: Path | None = None) -> dict[str, str
         folder = fixes_dir / name
         if not (folder / "fix.yaml").is_file():
             continue
-        h = hashlib.sha256()
-        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-            h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-        out[name] = h.hexdigest()
+        out[name] = fixplan.sha256_bytes(b"".join(
+            path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0"
+            for path in sorted(p for p in folder.rglob("*") if p.is_file())))
     return out
 
 

@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import derive, engine, fixes, render
+from . import build, engine, render
 from .errors import CheckFailure
+from .fixes import fixplan
 from .paths import cache_dir
 from .progress import say
 from .recipes import LoadedRecipe
@@ -21,35 +22,41 @@ from .recipes import LoadedRecipe
 CHECKS = Path(__file__).parent / "image_checks"
 
 
-def expectations(loaded: LoadedRecipe, base: render.Base, image: str) -> dict:
-    """What a correct image of this recipe must show, from the recipe and the host's fix pack
-    (never read back from the image under test)."""
-    r = loaded.recipe
-    profile = fixes.load_profile(r.fixes.profile)
-    applied = list(fixes.resolve(profile, loaded.fixes))
-    forbidden = {}
-    if r.model.architecture == "gated-deltanet-hybrid":
-        forbidden["PT_HPU_LAZY_MODE"] = "1"
-    if derive.prefix_caching_on(r.serve) and "gdn-prefix-cache" in r.fixes.opt_in:
-        forbidden["VLLM_COMPACT_GDN"] = "0"
+def expected_context(loaded: LoadedRecipe, base: render.Base, labels: dict[str, str]) -> dict[str, bytes]:
+    """The context this checkout renders for the image: the recipe, the host's fix pack and the base as
+    the engine holds it now (never read back from the image under test). Only whether it was built with
+    --allow-unwritten-fixes is taken from its label, and that label is checked against the manifest."""
+    allow = labels.get("cookbook.allow-unwritten-fixes") == "true"
+    return render.context_files(loaded, build.resolve_base(base), allow_unwritten=allow)
+
+
+def expectations(files: dict[str, bytes], image: str) -> dict:
+    """What a correct image must show: its rendered manifest, as the checks read it. Nothing here is
+    derived again from the recipe; the manifest is the one record of what the image holds."""
+    m = json.loads(files["manifest.json"])
+    order = m["fixes"]["order"]
     return {
         "image": image,
-        "recipe": loaded.id,
-        "recipe_hash": loaded.hash,
-        "standin": base.standin,
-        "base_image": base.image,
-        "python": base.python,
-        "site_packages": base.site_packages,
-        "versions": {"vllm": r.base.vllm.version, "vllm_gaudi": r.base.vllm_gaudi.version.lstrip("v")},
-        "commits": {"vllm_gaudi": r.base.vllm_gaudi.commit, "vllm": r.base.vllm.commit},
-        "profile": r.fixes.profile,
-        "fixes": applied,
-        "not_written": [n for n in loaded.fixes if n not in applied],
-        "env": derive.runtime_env(r),
-        "forbidden_env": forbidden,
-        "command": derive.serve_command(r),
-        "port": r.image.port,
-        "health_path": r.image.health_path,
+        "recipe": m["recipe"]["id"],
+        "recipe_hash": m["recipe"]["hash"],
+        "standin": m["base"]["standin"],
+        "base_image": m["base"]["image"],
+        "python": m["base"]["python"],
+        "site_packages": m["base"]["site_packages"],
+        "versions": {"vllm": m["vllm"]["version"], "vllm_gaudi": m["vllm_gaudi"]["version"].lstrip("v")},
+        "commits": {"vllm_gaudi": m["vllm_gaudi"]["commit"], "vllm": m["vllm"]["commit"]},
+        "profile": m["fixes"]["profile"],
+        "fixes": [f["name"] for f in order if f["status"] == "in-pack"],
+        "not_written": [f["name"] for f in order if f["status"] != "in-pack"],
+        "mode": m["fixes"]["mode"],
+        "fix_env": m["fixes"]["env"],
+        "env": m["env"],
+        "command": m["command"],
+        "port": m["port"],
+        "health_path": m["health_path"],
+        "manifest_sha256": fixplan.sha256_bytes(files["manifest.json"]),
+        "content_hash": render.content_hash(files),
+        "paths": render.IMAGE_PATHS,
     }
 
 
@@ -71,8 +78,9 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
         print("docker rm -f <container>")
         return None
     engine.require_daemon()
-    image_id = engine.inspect(image)["Id"]
-    expect = expectations(loaded, base, image)
+    found = engine.inspect(image)
+    image_id = found["Id"]
+    expect = expectations(expected_context(loaded, base, found["Config"]["Labels"] or {}), image)
     # Containers through the docker SDK (it is fine for containers; builds go through the CLI).
     container = engine.sdk().containers.run(image, entrypoint=["sleep"], command=["infinity"], detach=True,
                                             network_mode="none", labels={"cookbook.image-check": loaded.id})

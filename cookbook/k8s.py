@@ -1,7 +1,7 @@
 """`invoke k8s`: plain Kubernetes manifests that serve a built recipe image on a Gaudi fleet.
 
 One Gaudi host serves one replica; Intel's Gaudi device plugin offers the cards as `habana.ai/gaudi`.
-The manifests come from the recipe and from the image itself (its config and /opt/cookbook/manifest.json,
+The manifests come from the recipe and from the image itself (its config and the manifest.json it ships,
 read with the Docker SDK), so the probes, port and env are the ones the image was built with:
 
   Deployment (or, with --kserve, a KServe ServingRuntime and InferenceService in RawDeployment mode),
@@ -25,8 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from . import engine, k8s_schema
-from .derive import hpu_mode
+from . import engine, fixes, k8s_schema
 from .errors import ManifestError
 from .paths import ROOT
 from .progress import say
@@ -34,7 +33,7 @@ from .recipes import LoadedRecipe
 
 K8S_VERSION = "1.32"  # the Kubernetes API the manifests are validated against (kubernetes-validate's schemas)
 GAUDI = "habana.ai/gaudi"  # the extended resource Intel's Gaudi device plugin advertises
-MANIFEST_IN_IMAGE = "/opt/cookbook/manifest.json"
+MANIFEST_IN_IMAGE = fixes.fixplan.MANIFEST
 HF_CACHE = "/root/.cache/huggingface"  # the image runs as root; the Hub client caches here
 CONTAINER = "vllm"
 KSERVE_CONTAINER = "kserve-container"  # the name KServe expects for a runtime's serving container
@@ -200,7 +199,7 @@ def render(loaded: LoadedRecipe, facts: ImageFacts, opts: Options) -> dict[str, 
     """file name -> object. Pure: the recipe, the image's facts and the options decide every field."""
     check_options(opts)
     overridden = {**facts.env, **dict(opts.env)}
-    want, built = hpu_mode(overridden), hpu_mode(facts.env)
+    want, built = fixes.fixplan.hpu_mode(overridden), fixes.fixplan.hpu_mode(facts.env)
     if want != built:  # the image's start-up check (apply_all --check) holds the mode its fixes were made for
         raise ManifestError(f"--env PT_HPU_LAZY_MODE={overridden.get('PT_HPU_LAZY_MODE')} asks for {want} mode; "
                             f"the image's fixes were applied for {built} mode, and it would refuse to start",

@@ -16,15 +16,20 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import engine, imagecheck, recipes, registry, steps, supply
+from . import engine, fixes, imagecheck, recipes, registry, steps, supply
+from .derive import image_tags
 from .errors import CheckFailure, PublishError
 from .progress import say
 from .recipes import LoadedRecipe
 
 STANDIN_LABEL = "cookbook.standin"
 NOT_WRITTEN_LABEL = "cookbook.fixes.not-written"
-# Set by `invoke build --allow-unwritten-fixes` (issue 7): such an image may run, never be published.
-ALLOW_UNWRITTEN_LABEL = "cookbook.fixes.allow-unwritten"
+# Set by `invoke build --allow-unwritten-fixes`: such an image may run, never be published.
+ALLOW_UNWRITTEN_LABEL = "cookbook.allow-unwritten-fixes"
+# The build's own verdict ("false" on every stand-in and every image with an unwritten fix); checked on
+# top of the reasons above, so an image built by a render that knows a reason this code does not is refused.
+PUBLISHABLE_LABEL = "cookbook.publishable"
+CONTENT_HASH_LABEL = "cookbook.content.hash"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 MOVING = ("latest",)  # besides the vllm-gaudi version
 
@@ -57,6 +62,9 @@ def refusals(f: Facts, allow_standin: bool = False) -> list[str]:
     if labels.get(ALLOW_UNWRITTEN_LABEL, "false") != "false":
         out.append(f"it was built with --allow-unwritten-fixes ({ALLOW_UNWRITTEN_LABEL}="
                    f"{labels[ALLOW_UNWRITTEN_LABEL]})")
+    if not out and labels.get(PUBLISHABLE_LABEL) != "true" and not (standin and allow_standin):
+        out.append(f"it says it may not be published ({PUBLISHABLE_LABEL}="
+                   f"{labels.get(PUBLISHABLE_LABEL, '<missing>')})")
     if f.checks_problem:
         out.append(f"its image checks have not passed: {f.checks_problem}")
     if labels.get("cookbook.recipe") != f.recipe or labels.get("cookbook.recipe.hash") != f.recipe_hash:
@@ -113,9 +121,9 @@ def publish(ref: str, target: str, *, image: str | None = None, standin: bool = 
             repo: str = steps.DEFAULT_REPO, dry_run: bool = False, sbom: bool = True,
             allow_standin: bool = False) -> Published | None:
     loaded = recipes.load(ref)
-    local_tags = steps.tags_for(loaded, repo, standin)
-    image = image or local_tags[0]
-    content_tag = local_tags[0].rsplit(":", 1)[1]
+    image = image or steps.moving_tag(loaded, repo, standin)
+    # The content tag is the image's own: its content-hash label, as `invoke build` tagged it.
+    content_tag = content_tag_of(image, loaded, standin, dry_run)
     with registry.credentials(registry.split_target(target)[0]) as creds:
         reg = registry.Registry(target, creds)
         repository = reg.repo(loaded.id)
@@ -204,13 +212,30 @@ def _attach(reg, loaded, image_id, labels, repository, pushed, creds, changed) -
             evidence_file = imagecheck.evidence_path(image_id)
             supply.write_json(supply.provenance(
                 repository=repository, manifest_digest=pushed.digest, image_id=image_id, labels=labels,
-                evidence=json.loads(evidence_file.read_text()), evidence_sha256=supply.sha256_file(evidence_file)),
+                evidence=json.loads(evidence_file.read_text()),
+                evidence_sha256=fixes.fixplan.sha256_file(evidence_file)),
                 path)
         supply.attach(reg.host, repository, pushed.digest, pushed.media_type, pushed.size, path, media_type, kind,
                       creds)
         changed.append(tag)
         say(f"attached {path.name} as {repository}:{tag}")
     return sbom_path, prov_path
+
+
+def content_tag_of(image: str, loaded, standin: bool, dry_run: bool) -> str:
+    """`<release>-<content hash prefix>[-standin]`, from the local image's `cookbook.content.hash`."""
+    content = None
+    if not dry_run or engine.image_exists(image):
+        engine.require_daemon()
+        if not engine.image_exists(image):
+            raise PublishError(f"no local image {image}", hint=f"build and check it first: invoke build --recipe "
+                               f"{loaded.id}, then invoke test --recipe {loaded.id}")
+        content = (engine.inspect(image)["Config"].get("Labels") or {}).get(CONTENT_HASH_LABEL)
+        if not content:
+            raise PublishError(f"{image} has no {CONTENT_HASH_LABEL} label: it was not built by `invoke build`",
+                               hint=f"invoke build --recipe {loaded.id}")
+    return image_tags("r", loaded.id, loaded.recipe.base.vllm_gaudi.version, content or "<sha256>",
+                      "standin" if standin else "")[0].rsplit(":", 1)[1]
 
 
 def _dry_run(reg, loaded, image, repository, content, moving, creds, with_sbom) -> None:

@@ -7,7 +7,6 @@ reported together.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import types
 import typing
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import derive, fixes, grammar, rules, yamlsource
 from .errors import FixError, RecipeError, where
+from .fixes import fixplan
 from .paths import RECIPES, ROOT
 from .schema import Recipe
 from .yamlsource import KeyPath, Source, dotted
@@ -38,7 +38,7 @@ class LoadedRecipe:
     @property
     def fixes(self) -> list[str]:
         """The fixes this recipe gets, in pack order (some may not be written yet)."""
-        return derive.selected_fixes(self.profile.order, self.profile.opt_in, self.recipe.fixes.opt_in)
+        return fixplan.select(self.profile.order, self.profile.opt_in, self.recipe.fixes.opt_in)
 
     def line_of(self, keys: KeyPath) -> str:
         return locate(self.chain, keys)
@@ -148,7 +148,7 @@ def _tree_of(path: Path, root: Path) -> Path:
 
 def content_hash(rid: str, data: dict) -> str:
     canonical = json.dumps({"id": rid, "recipe": data}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return fixplan.sha256_bytes(canonical.encode())
 
 
 def load(ref: str | Path, root: Path = RECIPES) -> LoadedRecipe:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import ipaddress
 import json
 import os
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import fixes
 from .errors import PublishError
 
 USER_ENV = "COOKBOOK_REGISTRY_USER"
@@ -172,7 +172,7 @@ class Registry:
             raise PublishError(f"{ref} is an index or list, not one image manifest")
         config = self._run(["inspect", "--config", "--raw", *self._auth_args(""), f"docker://{ref}"], what)
         labels = (json.loads(config.stdout).get("config") or {}).get("Labels") or {}
-        return Remote(ref=ref, digest="sha256:" + hashlib.sha256(raw.stdout.encode()).hexdigest(),
+        return Remote(ref=ref, digest="sha256:" + fixes.fixplan.sha256_bytes(raw.stdout.encode()),
                       media_type=manifest.get("mediaType", ""), size=len(raw.stdout.encode()),
                       config_digest=manifest["config"]["digest"], labels=labels)
 

@@ -2,11 +2,22 @@
 
 Rendering is deterministic (same inputs, byte-identical files) and atomic: the context is written
 to a temporary folder beside the target and swapped into place only when complete.
+
+What the image claims, and how each claim is checkable (the labels, the manifest and the content
+hash would otherwise need each other):
+- manifest.json says what the image holds: recipe, base (with the digest and image id the engine
+  resolved), fixes, env, command, and the sha256 of every other file it ships. It does not name the
+  Dockerfile, which is rendered after it.
+- The Dockerfile's labels are rendered from the finished manifest; `cookbook.manifest.hash` is the
+  sha256 of manifest.json's bytes, the very file the image holds at fixplan.MANIFEST.
+- The content hash (`content_hash`) covers every file of the context, Dockerfile and manifest
+  included, so the base's resolved digest too. It cannot be a label inside the Dockerfile it hashes:
+  the build adds it (and the version and revision labels that carry it or the checkout) with
+  `docker build --label` (build.build_labels), outside the context, and the tags carry its prefix.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,14 +29,18 @@ import jinja2
 
 from . import derive, fixes, grammar, paths
 from .errors import UsageError
+from .fixes import fixplan
 from .paths import DOCKERFILES, FIXES, ROOT
 from .recipes import LoadedRecipe
 from .schema import Serve
 
-APPLY_ALL = "apply_all.py"
-RECORD_PATH = "/opt/cookbook/fix-record.json"
-EXECUTABLE = {"entrypoint.py", f"fixes/{APPLY_ALL}"}
+# Shipped beside each other in every context: apply_all.py imports fixplan.py.
+ENGINE_FILES = ("apply_all.py", "fixplan.py")
+EXECUTABLE = {"entrypoint.py", "fixes/apply_all.py"}
+IMAGE_PATHS = {"home": fixplan.IMAGE_HOME, "fixes": fixplan.IMAGE_FIXES, "record": fixplan.RECORD,
+               "manifest": fixplan.MANIFEST, "entrypoint": fixplan.ENTRYPOINT, "apply_all": fixplan.APPLY_ALL}
 # The cookbook modules the entrypoint runs the rules with (standard library only), shipped as they are.
+# rules.py selects fixes with fixplan, shipped beside them as lib/cookbook/fixplan.py (the same file).
 RUNTIME_MODULES = ("__init__.py", "grammar.py", "derive.py", "rules.py", "runtime.py")
 RUNTIME_DATA = "runtime.json"
 # Written into every rendered folder: the only folders `write_context` will ever replace.
@@ -38,10 +53,11 @@ class Base:
     """What the image is built FROM: the pinned vault image, or the offline stand-in."""
 
     image: str
-    digest: str | None
+    digest: str | None  # the manifest digest: pinned by the recipe, or resolved by the engine
     standin: bool
     python: str
     site_packages: str
+    image_id: str | None = None  # the engine's id of the image built FROM, once resolved (build.resolve_base)
 
     @property
     def from_ref(self) -> str:
@@ -83,37 +99,40 @@ def _execform(argv: list[str]) -> str:
     return json.dumps([str(a) for a in argv])
 
 
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(DOCKERFILES), undefined=jinja2.StrictUndefined,
+def templates(folder: Path | None = None) -> jinja2.Environment:
+    """The one Jinja environment: dockerfiles/ (recipe contexts and the stand-in base) by default, or
+    another template folder (the recipe pages)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder or DOCKERFILES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
     env.filters["dockerquote"] = _dockerquote
     env.filters["execform"] = _execform
     return env
 
 
-def apply_command(loaded: LoadedRecipe, present: dict[str, fixes.FixSpec]) -> list[str]:
+def apply_command(loaded: LoadedRecipe, selection: fixes.Selection) -> list[str]:
     """The build-time fix step, as argv for an exec-form RUN (no shell reads the recipe's values).
     The fixes' required env (e.g. VLLM_COMPACT_GDN=1) is given from the recipe for this one command
     through env(1), so ENV can come after it and an env change keeps this layer cached."""
     runtime = derive.runtime_env(loaded.recipe)
-    needed = {k: runtime.get(k, "") for spec in present.values() for k in spec.env}
-    if "PT_HPU_LAZY_MODE" in runtime:
-        needed["PT_HPU_LAZY_MODE"] = runtime["PT_HPU_LAZY_MODE"]  # the mode decides which fixes apply
+    needed = {k: runtime.get(k, "") for k in selection.env}
+    if fixplan.LAZY_VAR in runtime:
+        needed[fixplan.LAZY_VAR] = runtime[fixplan.LAZY_VAR]  # the mode decides which fixes apply
     # Opt-ins not written yet are not named: apply_all refuses a fix its pack does not carry, and
-    # the manifest and labels list them as not written.
-    opt_in = [n for n in loaded.recipe.fixes.opt_in if n in present]
-    return ["env", *(f"{k}={v}" for k, v in sorted(needed.items())), "python3", f"/opt/cookbook/fixes/{APPLY_ALL}",
-            "--profile", loaded.recipe.fixes.profile, *opt_in, "--record", RECORD_PATH]
+    # the manifest and labels list them as not written. -B: no bytecode of fixplan.py in the layer.
+    return ["env", *(f"{k}={v}" for k, v in sorted(needed.items())), "python3", "-B", fixplan.APPLY_ALL,
+            "--profile", loaded.recipe.fixes.profile, *selection.named_opt_ins, "--record", fixplan.RECORD]
 
 
-def manifest(loaded: LoadedRecipe, base: Base, fix_hashes: dict[str, str], files: dict[str, bytes]) -> dict:
+def manifest(loaded: LoadedRecipe, base: Base, selection: fixes.Selection, fix_hashes: dict[str, str],
+             files: dict[str, bytes], allow_unwritten: bool = False) -> dict:
     r = loaded.recipe
+    runtime = derive.runtime_env(r)
     return {
         "_generated": generated_note(loaded),
         "recipe": {"id": loaded.id, "path": loaded.rel_path, "hash": loaded.hash,
                    "title": r.title},
         "model": r.model.id,
-        "base": {"image": base.image, "digest": base.digest, "standin": base.standin,
+        "base": {"image": base.image, "digest": base.digest, "id": base.image_id, "standin": base.standin,
                  "python": base.python, "site_packages": base.site_packages},
         "vllm_gaudi": r.base.vllm_gaudi.model_dump(),
         "vllm": r.base.vllm.model_dump(),
@@ -122,13 +141,19 @@ def manifest(loaded: LoadedRecipe, base: Base, fix_hashes: dict[str, str], files
             "profile": r.fixes.profile,
             "opt_in": r.fixes.opt_in,
             "order": [{"name": n, "sha256": fix_hashes.get(n),
-                       "status": "in-pack" if n in fix_hashes else "not-written"} for n in loaded.fixes],
+                       "status": "in-pack" if n in fix_hashes else "not-written"} for n in selection.names],
+            "mode": fixplan.hpu_mode(runtime),  # the HPU mode the fixes are applied (and checked) for
+            "env": selection.env,  # what the applied fixes need at every start
         },
-        "env": derive.runtime_env(r),
+        # Built with --allow-unwritten-fixes (development): it claims fixes it does not hold.
+        "allow_unwritten_fixes": allow_unwritten,
+        # Never published: a stand-in, or an image without every fix its recipe selects.
+        "publishable": not base.standin and not selection.not_written,
+        "env": runtime,
         "command": derive.serve_command(r),
         "port": r.image.port,
         "health_path": r.image.health_path,
-        "files": {name: _sha(data) for name, data in sorted(files.items())},
+        "files": {name: fixplan.sha256_bytes(data) for name, data in sorted(files.items())},
     }
 
 
@@ -160,23 +185,22 @@ def runtime_data(loaded: LoadedRecipe) -> dict:
             "profile": {"name": p.name, "order": p.order, "opt_in": p.opt_in}, "flags": serve_flags()}
 
 
-def labels(m: dict, revision: str | None = None) -> dict[str, str]:
-    """OCI labels plus the cookbook's own; everything a registry user needs to trust the image."""
+def labels(m: dict, manifest_sha256: str) -> dict[str, str]:
+    """OCI labels plus the cookbook's own; everything a registry user needs to trust the image, from
+    the finished manifest (the build adds the content hash, version and revision: module docstring)."""
     applied = [f["name"] for f in m["fixes"]["order"] if f["status"] == "in-pack"]
     pending = [f["name"] for f in m["fixes"]["order"] if f["status"] != "in-pack"]
-    version = f"{m['vllm_gaudi']['version']}-{m['recipe']['hash'][:8]}"
     release = m["vllm_gaudi"]["version"]
     out = {
         "org.opencontainers.image.title": f"{m['recipe']['title']} on Intel Gaudi (vllm-gaudi {release})",
         "org.opencontainers.image.description": f"vLLM serving {m['model']} with cookbook recipe {m['recipe']['id']}",
-        "org.opencontainers.image.version": version + ("-standin" if m["base"]["standin"] else ""),
         "org.opencontainers.image.vendor": "Gaudi cookbook",
         "org.opencontainers.image.base.name": m["base"]["image"],
     }
     if m["base"]["digest"]:
         out["org.opencontainers.image.base.digest"] = m["base"]["digest"]
-    if revision:
-        out["org.opencontainers.image.revision"] = revision
+    if m["base"]["id"]:
+        out["cookbook.base.id"] = m["base"]["id"]
     out.update({
         "cookbook.recipe": m["recipe"]["id"],
         "cookbook.recipe.hash": m["recipe"]["hash"],
@@ -189,44 +213,53 @@ def labels(m: dict, revision: str | None = None) -> dict[str, str]:
         "cookbook.fixes.profile": m["fixes"]["profile"],
         "cookbook.fixes": ",".join(applied),
         "cookbook.fixes.not-written": ",".join(pending),
-        "cookbook.manifest.hash": _sha(json.dumps(m, sort_keys=True).encode()),
+        "cookbook.manifest.hash": manifest_sha256,
         "cookbook.standin": "true" if m["base"]["standin"] else "false",
+        # What the publishing step checks: never publish an image that says "false".
+        "cookbook.publishable": "true" if m["publishable"] else "false",
+        "cookbook.allow-unwritten-fixes": "true" if m["allow_unwritten_fixes"] else "false",
     })
     return out
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def context_files(loaded: LoadedRecipe, base: Base, fixes_dir: Path | None = None,
-                  revision: str | None = None) -> dict[str, bytes]:
+                  allow_unwritten: bool = False) -> dict[str, bytes]:
     """Every file of the build context, by relative path. Pure apart from reading the fix pack."""
     fixes_dir = fixes_dir or paths.fixes_dir()
     r = loaded.recipe
-    profile = fixes.load_profile(r.fixes.profile, fixes_dir)
-    present = fixes.resolve(profile, loaded.fixes, fixes_dir)
+    selection = fixes.select(r.fixes.profile, r.fixes.opt_in, fixes_dir)
+    present = selection.written
     files: dict[str, bytes] = {}
     files.update({f"fixes/{rel}": data
                   for rel, data in fixes.pack_files(r.fixes.profile, list(present), fixes_dir).items()})
-    files[f"fixes/{APPLY_ALL}"] = (FIXES / APPLY_ALL).read_bytes()
-    env = _env()
+    for name in ENGINE_FILES:
+        files[f"fixes/{name}"] = (FIXES / name).read_bytes()
+    env = templates()
     for module in RUNTIME_MODULES:
         files[f"lib/cookbook/{module}"] = (paths.ROOT / "cookbook" / module).read_bytes()
+    files["lib/cookbook/fixplan.py"] = (FIXES / "fixplan.py").read_bytes()
     files[RUNTIME_DATA] = (json.dumps(runtime_data(loaded), indent=1, sort_keys=True) + "\n").encode()
     files["entrypoint.py"] = env.get_template("entrypoint.py.j2").render(
         header=header(loaded), m={"recipe": {"id": loaded.id}}, model=r.model.id, port=r.image.port,
-        health_path=r.image.health_path, standin=base.standin,
+        health_path=r.image.health_path, standin=base.standin, paths=IMAGE_PATHS,
         command_json=repr(json.dumps(derive.serve_command(r))),
     ).encode()
-    m = manifest(loaded, base, fixes.fix_hashes(list(present), fixes_dir), files)
-    files["Dockerfile"] = env.get_template("recipe.Dockerfile.j2").render(
-        header=header(loaded), m=m, base_from=base.from_ref, apply_command=apply_command(loaded, present),
-        env=m["env"], port=r.image.port, labels=labels(m, revision),
-    ).encode()
-    m["files"]["Dockerfile"] = _sha(files["Dockerfile"])
+    m = manifest(loaded, base, selection, fixes.fix_hashes(list(present), fixes_dir), files, allow_unwritten)
     files["manifest.json"] = (json.dumps(m, indent=2, sort_keys=True) + "\n").encode()
+    files["Dockerfile"] = env.get_template("recipe.Dockerfile.j2").render(
+        header=header(loaded), m=m, base_from=base.from_ref, apply_command=apply_command(loaded, selection),
+        env=m["env"], port=r.image.port, labels=labels(m, fixplan.sha256_bytes(files["manifest.json"])),
+        paths=IMAGE_PATHS,
+    ).encode()
     return files
+
+
+def content_hash(files: dict[str, bytes]) -> str:
+    """The image's content hash: every file of its context (the manifest names the resolved base),
+    by path, so writing a fix, changing a template or a new base gives a new hash, and an unchanged
+    checkout the same one."""
+    digests = {name: fixplan.sha256_bytes(data) for name, data in files.items()}
+    return fixplan.sha256_bytes(json.dumps(digests, sort_keys=True).encode())
 
 
 def check_out(out: Path) -> None:

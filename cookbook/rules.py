@@ -20,8 +20,14 @@ from . import derive
 if TYPE_CHECKING:
     from .schema import BucketRange, Recipe
 
+try:  # in the image: lib/cookbook/ ships fixplan.py beside this module (render.RUNTIME_MODULES)
+    from . import fixplan
+except ImportError:  # on the host: the very file fixes/fixplan.py, as cookbook.fixes loads it
+    from .fixes import fixplan
+
 GDN_FIX = "gdn-prefix-cache"
 DECODE_PAD_FIX = "hybrid-decode-pad"
+COMPACT_GDN = "VLLM_COMPACT_GDN"
 # Measured on Gaudi 2 (recipe page): at 256K context a cold prefill past ~131K died with
 # "PT_DEVMEM OOM: No enough memory for defragment" once chunks reached 3,584 tokens.
 GAUDI2_LONG_CONTEXT = 262144
@@ -93,19 +99,29 @@ def prefix_caching_needs_gdn_fix(r: Recipe, p: Profile):
                     f"prefix caching is {said}, but {GDN_FIX} is not among the opt-in fixes: on the stock "
                     "release a prefix-cache hit on a GDN layer resumes from the wrong state. Add "
                     f"{GDN_FIX} to fixes.opt_in, or set serve.enable_prefix_caching: false."))
-    if r.env.get("VLLM_COMPACT_GDN") != "1":
-        out.append((("env", "VLLM_COMPACT_GDN"),
+    if GDN_FIX not in r.fixes.opt_in and r.env.get(COMPACT_GDN) != "1":  # with the fix: gdn-fix-needs-compact-gdn
+        out.append((("env", COMPACT_GDN),
                     f"prefix caching is {said} on a GDN hybrid, which needs VLLM_COMPACT_GDN=1 (found "
-                    f"{r.env.get('VLLM_COMPACT_GDN')!r}): {GDN_FIX} keeps GDN state in compact per-request "
+                    f"{r.env.get(COMPACT_GDN)!r}): {GDN_FIX} keeps GDN state in compact per-request "
                     "slots and refuses to start without it."))
     return out
+
+
+@rule("gdn-fix-needs-compact-gdn")
+def gdn_fix_needs_compact_gdn(r: Recipe, p: Profile):
+    if GDN_FIX not in r.fixes.opt_in or r.env.get(COMPACT_GDN) == "1":
+        return []
+    return [(("env", COMPACT_GDN),
+             f"{GDN_FIX} is opted in, which needs VLLM_COMPACT_GDN=1 whether prefix caching is on or off "
+             f"(found {r.env.get(COMPACT_GDN)!r}): the fix keeps GDN state in compact per-request slots and "
+             "refuses to start without it. Set it to \"1\", or leave the fix out.")]
 
 
 @rule("gdn-fix-needs-decode-pad")
 def gdn_fix_needs_decode_pad(r: Recipe, p: Profile):
     if GDN_FIX not in r.fixes.opt_in:
         return []
-    chosen = derive.selected_fixes(p.order, p.opt_in, r.fixes.opt_in)
+    chosen = fixplan.select(p.order, p.opt_in, r.fixes.opt_in)
     if DECODE_PAD_FIX in chosen and chosen.index(DECODE_PAD_FIX) < chosen.index(GDN_FIX):
         return []
     return [(("fixes", "opt_in"),

@@ -13,13 +13,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import jinja2
-
-from . import engine, upstream
+from . import engine, render, upstream
 from .errors import BuildError
-from .paths import DOCKERFILES, cache_dir
-from .progress import line, say
-from .render import Base
+from .paths import cache_dir
+from .progress import say
 
 SUITE = "bookworm"
 PYTHON = "3.11"
@@ -33,8 +30,8 @@ def base_image(release: str) -> str:
     return f"gaudi-cookbook/standin-base:{release}"
 
 
-def base(release: str) -> Base:
-    return Base(base_image(release), None, True, PYTHON, SITE_PACKAGES)
+def base(release: str) -> render.Base:
+    return render.Base(base_image(release), None, True, PYTHON, SITE_PACKAGES)
 
 
 def rootfs_tar() -> Path:
@@ -138,13 +135,12 @@ def stage_context(pins: upstream.Pins, dest: Path) -> None:
     script.write_text("#!/usr/bin/python3\nimport sys\nfrom vllm.entrypoints.cli.main import main\n\n"
                       "if __name__ == '__main__':\n    sys.exit(main())\n")
     script.chmod(0o755)
-    template = jinja2.Environment(loader=jinja2.FileSystemLoader(DOCKERFILES), undefined=jinja2.StrictUndefined)
-    (dest / "Dockerfile").write_text(template.get_template("standin.Dockerfile.j2").render(
+    (dest / "Dockerfile").write_text(render.templates().get_template("standin.Dockerfile.j2").render(
         release=pins.vllm_gaudi_version, vllm_version=pins.vllm_version, gaudi_commit=pins.vllm_gaudi_commit,
-        rootfs_image=ROOTFS_IMAGE, site_packages=SITE_PACKAGES) + "\n")
+        rootfs_image=ROOTFS_IMAGE, site_packages=SITE_PACKAGES))
 
 
-def ensure(pins: upstream.Pins, dry_run: bool = False, rebuild: bool = False) -> Base:
+def ensure(pins: upstream.Pins, dry_run: bool = False, rebuild: bool = False) -> render.Base:
     """The stand-in base image for a release, built if missing (a warm rerun takes seconds)."""
     image = base_image(pins.vllm_gaudi_version)
     if not dry_run:
@@ -160,11 +156,7 @@ def ensure(pins: upstream.Pins, dry_run: bool = False, rebuild: bool = False) ->
     with tempfile.TemporaryDirectory(prefix="cookbook-standin.") as tmp:
         stage_context(pins, Path(tmp))
         say(f"stand-in base: building {image}")
-        c = engine.client()
-        proc = subprocess.Popen([c.path, "build", "-t", image, tmp], env=c.env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-        for out in proc.stdout:
-            line(out)
-        if proc.wait() != 0:
+        code, _ = engine.stream("build", "-t", image, tmp)
+        if code != 0:
             raise BuildError(f"building the stand-in base {image} failed (see the log above)")
     return base(pins.vllm_gaudi_version)

@@ -10,7 +10,6 @@ release workflow signs in CI (.github/workflows/release.yml).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -110,10 +109,6 @@ def write_json(data: dict, out: Path) -> Path:
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     tmp.replace(out)
     return out
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def auth_backend(host: str) -> str:

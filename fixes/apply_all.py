@@ -3,7 +3,9 @@
 
 It runs inside the image at build time with the image's own Python, so it uses the standard
 library only. It reads pack.json (generated on the host from fixes/*/fix.yaml and
-fixes/profiles/*.yaml; by default the one beside this file) and works all or nothing.
+fixes/profiles/*.yaml; by default the one beside this file) and works all or nothing. Which fixes a
+selection gets, their requirements and the HPU mode are decided by fixplan.py beside it, the same
+file the cookbook imports on the host.
 
 Usage:
   apply_all.py --profile v0.26.0 [OPT_IN ...] [--site DIR] [--record PATH] [--pack PATH] [--dry-run] [--quiet]
@@ -31,16 +33,23 @@ Exit status: 0 success, 1 refused (nothing changed), 2 usage error.
 # Only what --check needs is imported here; apply and revert import the rest where they need it,
 # so that the check run at every container start stays well under 100 ms.
 import argparse
-import hashlib
 import json
 import os
 import sys
 
+try:
+    import fixplan
+except ModuleNotFoundError:  # loaded by path rather than run as a script: fixplan.py is beside this file
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import fixplan
+
 PREFIX = "apply_all: "
-DEFAULT_RECORD = "/opt/cookbook/fix-record.json"
+DEFAULT_RECORD = fixplan.RECORD
 PACK_FORMAT = 1
 RECORD_FORMAT = 1
-MODES = ("compile", "lazy")
+MODES = fixplan.MODES
+sha256_bytes = fixplan.sha256_bytes
+current_mode = fixplan.hpu_mode
 
 
 class PackError(Exception):
@@ -81,10 +90,6 @@ def describe_var(name, environ):
 
 
 # ------------------------------------------------------------------------------------------- files
-
-
-def sha256_bytes(data):
-    return hashlib.sha256(data).hexdigest()
 
 
 def read_bytes(path):
@@ -265,13 +270,8 @@ def select_fixes(profile_name, profile, fixes, named):
             f"{', '.join(absent)}: in profile {profile_name}'s order but not in this pack "
             "(its fix is not written yet, or the recipe left it out): drop it from the command line"
         )
-    opt_in = opt_in_names(profile, fixes)
-    selected = [n for n in order if n in fixes and (n not in opt_in or n in named)]
+    selected = [n for n in fixplan.select(order, opt_in_names(profile, fixes), named) if n in fixes]
     return selected, [n for n in order if n not in fixes]
-
-
-def current_mode(environ):
-    return "lazy" if environ.get("PT_HPU_LAZY_MODE") == "1" else "compile"
 
 
 def split_by_mode(selected, named, fixes, environ):
@@ -295,53 +295,15 @@ def split_by_mode(selected, named, fixes, environ):
     return kept, skipped
 
 
-def find_cycle(names, fixes):
-    """A requires-cycle reachable from names, as [a, b, ..., a], or None."""
-    state, path = {}, []
-
-    def visit(name):
-        if name not in fixes or state.get(name) == "done":
-            return None
-        if state.get(name) == "visiting":
-            return path[path.index(name) :] + [name]
-        state[name] = "visiting"
-        path.append(name)
-        for required in fixes[name].get("requires", []):
-            cycle = visit(required)
-            if cycle:
-                return cycle
-        path.pop()
-        state[name] = "done"
-        return None
-
-    for name in names:
-        cycle = visit(name)
-        if cycle:
-            return cycle
-    return None
+def requires_of(fixes):
+    return {name: fix.get("requires", []) for name, fix in fixes.items()}
 
 
 def check_requirements(profile_name, order, kept, skipped, fixes):
     """Every requirement of a kept fix must be kept too, and come earlier in the order."""
-    position = {name: i for i, name in enumerate(order)}
-    problems = []
-    for name in kept:
-        for required in fixes[name].get("requires", []):
-            if required in kept and position[required] < position[name]:
-                continue
-            if required not in position:
-                why = f"which is not in profile {profile_name}'s order"
-            elif required not in fixes:
-                why = "which is not in this pack"
-            elif required in skipped:
-                why = f"which is skipped: it {skipped[required]}"
-            elif required not in kept:
-                why = f"which is opt-in and not named: name it too (--profile {profile_name} {required} {name})"
-            else:
-                why = "which comes later in the order: fix the profile's order and regenerate the pack"
-            problems.append(f"{name} requires {required}, {why}")
+    problems = fixplan.requirement_problems(profile_name, order, kept, skipped, requires_of(fixes))
     if problems:
-        raise PackError("\n".join(problems))
+        raise PackError("\n".join(message for _, message in problems))
 
 
 def check_env(kept, fixes, environ):
@@ -364,9 +326,9 @@ def plan_selection(pack, profile_name, profile, named, environ):
     """Steps 1-4: which fixes to apply, which to skip and why, and the env they need."""
     fixes = pack["fixes"]
     selected, not_in_pack = select_fixes(profile_name, profile, fixes, named)
-    cycle = find_cycle(selected, fixes)
+    cycle = fixplan.find_cycle(selected, requires_of(fixes))
     if cycle:
-        raise PackError(f"requires cycle: {' -> '.join(cycle)}: fix the fixes' requires and regenerate the pack")
+        raise PackError(fixplan.cycle_message(cycle))
     kept, skipped = split_by_mode(selected, set(named), fixes, environ)
     check_requirements(profile_name, profile["order"], kept, skipped, fixes)
     env = check_env(kept, fixes, environ)

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cookbook import engine, recipes, render, standin, steps  # noqa: E402
+from cookbook.fixes import fixplan  # noqa: E402
 
 RID = "qwen3.5-27b-fp8"
 
@@ -85,7 +86,7 @@ def main() -> None:
               f"ran: {ran} (ENV, LABEL and the like are metadata, not steps)")
 
     image = built.image_id
-    cmd = "python3 /opt/cookbook/fixes/apply_all.py --check"
+    cmd = f"python3 {fixplan.APPLY_ALL} --check"
     shell = f"for i in 1 2 3 4 5; do s=$(date +%s%N); {cmd} >/dev/null; e=$(date +%s%N); echo $(((e-s)/1000000)); done"
     out = engine.docker("run", "--rm", "--entrypoint", "sh", image, "-c", shell).stdout.split()
     print(f"apply_all --check in the image (whole process, wall): {', '.join(out)} ms over 5 runs")
@@ -129,11 +130,11 @@ def measure_full_pack() -> None:
         with contextlib.redirect_stdout(io.StringIO()):
             built = steps.build_recipe(RID, use_standin=True, repo="cookbook-bench")
         del os.environ["COOKBOOK_FIXES_DIR"]
-    shell = ("cd /opt/cookbook/fixes; for i in 1 2 3; do python3 apply_all.py --revert --quiet >/dev/null; "
+    shell = (f"cd {fixplan.IMAGE_FIXES}; for i in 1 2 3; do python3 apply_all.py --revert --quiet >/dev/null; "
              "s=$(date +%s%N); PT_HPU_LAZY_MODE=0 python3 apply_all.py --profile v0.26.0 --quiet >/dev/null; "
              "e=$(date +%s%N); echo $(( (e-s)/1000000 )); done")
     out = engine.docker("run", "--rm", "--entrypoint", "sh", built.image_id, "-c", shell).stdout.split()
-    record = engine.docker("run", "--rm", "--entrypoint", "cat", built.image_id, "/opt/cookbook/fix-record.json")
+    record = engine.docker("run", "--rm", "--entrypoint", "cat", built.image_id, fixplan.RECORD)
     assert json.loads(record.stdout)["fixes"] == names
     print(f"16-fix pack on the runner (hpu_model_runner.py), apply in the image: {', '.join(out)} ms over 3 runs")
     for tag in built.tags:

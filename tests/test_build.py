@@ -1,16 +1,23 @@
-"""The real thing: build qwen3.5-27b-fp8 on the stand-in base with the Docker engine, read it back."""
+"""The real thing: build qwen3.5-27b-fp8 on the stand-in base with the Docker engine, read it back;
+and build on a "real" base (the stand-in under another name) to see what such an image claims."""
 
+import hashlib
 import json
 import shlex
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
-from cookbook import build, engine, recipes, steps
+from cookbook import build, engine, recipes, render, standin, steps
 from cookbook.derive import serve_command
 from cookbook.errors import BuildError
+from cookbook.fixes import fixplan
 from cookbook.render import Base
+
+from .conftest import TEST_REPO, variant
 
 pytestmark = pytest.mark.docker
 RID = "qwen3.5-27b-fp8"
@@ -18,8 +25,18 @@ PAGE_ENV_COUNT = 23
 
 
 @pytest.fixture(scope="module")
-def built(docker_engine, upstream_cache):
-    return steps.build_recipe(RID, use_standin=True)
+def built(made_images, upstream_cache):
+    result = steps.build_recipe(RID, use_standin=True, repo=TEST_REPO)
+    made_images.extend(result.tags)
+    return result
+
+
+def cat(image: str, path: str) -> bytes:
+    return engine.docker("run", "--rm", "--entrypoint", "cat", image, path).stdout.encode()
+
+
+def context_of(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
 def run(image: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -36,14 +53,28 @@ def test_labels_read_back(built):
     assert labels["cookbook.vllm.commit"] == loaded.recipe.base.vllm.commit
     assert labels["cookbook.standin"] == "true"
     assert labels["org.opencontainers.image.title"].startswith("Qwen3.5-27B-FP8")
-    assert built.tags[0] == f"gaudi-cookbook/{RID}:v0.26.0-{loaded.hash[:8]}-standin"
+    content = render.content_hash(context_of(render.default_out(loaded, True)))
+    assert labels["cookbook.content.hash"] == content
+    assert built.tags == [f"{TEST_REPO}/{RID}:v0.26.0-{content[:8]}-standin", f"{TEST_REPO}/{RID}:v0.26.0-standin"]
+    assert labels["org.opencontainers.image.version"] == f"v0.26.0-{content[:8]}-standin"
+
+
+def test_manifest_hash_label_is_the_shipped_manifest(built):
+    labels = engine.inspect(built.image_id)["Config"]["Labels"]
+    assert labels["cookbook.manifest.hash"] == hashlib.sha256(cat(built.image_id, fixplan.MANIFEST)).hexdigest()
+
+
+def test_base_recorded_as_built(built):
+    base_id = engine.inspect(standin.base_image("v0.26.0"))["Id"]
+    labels = engine.inspect(built.image_id)["Config"]["Labels"]
+    assert labels["cookbook.base.id"] == base_id
+    assert json.loads(cat(built.image_id, fixplan.MANIFEST))["base"]["id"] == base_id
 
 
 def test_env_read_back(built):
     loaded = recipes.load(RID)
     env = dict(e.split("=", 1) for e in engine.inspect(built.image_id)["Config"]["Env"])
-    manifest_env = json.loads(engine.docker("run", "--rm", "--entrypoint", "cat", built.image_id,
-                                            "/opt/cookbook/manifest.json").stdout)["env"]
+    manifest_env = json.loads(cat(built.image_id, fixplan.MANIFEST))["env"]
     assert len(manifest_env) == PAGE_ENV_COUNT
     for name, value in manifest_env.items():
         assert env[name] == value
@@ -58,11 +89,10 @@ def test_entrypoint_dry_run_in_the_image(built):
 
 
 def test_fix_record_in_the_image(built):
-    out = engine.docker("run", "--rm", "--entrypoint", "python3", built.image_id,
-                        "/opt/cookbook/fixes/apply_all.py", "--check", check=False)
+    out = engine.docker("run", "--rm", "--entrypoint", "python3", built.image_id, fixplan.APPLY_ALL, "--check",
+                        check=False)
     assert out.returncode == 0, out.stdout + out.stderr
-    record = json.loads(engine.docker("run", "--rm", "--entrypoint", "cat", built.image_id,
-                                      "/opt/cookbook/fix-record.json").stdout)
+    record = json.loads(cat(built.image_id, fixplan.RECORD))
     assert record["profile"] == "v0.26.0"
 
 
@@ -78,8 +108,8 @@ def test_healthcheck_and_port(built):
 
 def test_warm_rebuild_is_cached(built):
     start = time.monotonic()
-    again = steps.build_recipe(RID, use_standin=True)
-    assert again.image_id == built.image_id
+    again = steps.build_recipe(RID, use_standin=True, repo=TEST_REPO)
+    assert again.image_id == built.image_id and again.tags == built.tags
     assert time.monotonic() - start < 30  # benchmark target 5 s (docs/benchmarks.md); this guards regressions
 
 
@@ -87,7 +117,7 @@ def test_failed_build_leaves_no_tag(docker_engine, tmp_path):
     # Needs no base image: the first layer is made, the second step fails.
     (tmp_path / "ok.txt").write_text("made\n")
     (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY ok.txt /\nCOPY missing.txt /\n")
-    tag = "cookbook-test/failed-build:never"
+    tag = f"{TEST_REPO}/failed-build:never"
     base = Base("scratch", None, True, "3.11", "/x")
     with pytest.raises(BuildError) as err:
         build.build(tmp_path, [tag], base)
@@ -105,3 +135,40 @@ def test_unpullable_base_fails_fast_and_names_standin(docker_engine):
         build.ensure_base(base)
     assert time.monotonic() - start < build.PULL_TIMEOUT_S + 5
     assert "--standin" in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def vault_recipe(built, made_images, tmp_path_factory):
+    """A recipe on a base that is not the stand-in by name and has no pinned digest, as a vault image
+    named by `:latest` is: the stand-in base tagged under the test repository."""
+    image = f"{TEST_REPO}/vault:latest"
+    engine.docker("tag", standin.base_image("v0.26.0"), image)
+    made_images.append(image)
+    data = variant({"base.image": image, "base.digest": None, "base.python": standin.PYTHON,
+                    "base.site_packages": standin.SITE_PACKAGES})
+    path = tmp_path_factory.mktemp("recipes") / "Test" / "Vault-Base" / "recipe.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path, image
+
+
+def test_real_base_build_refuses_unwritten_fixes(vault_recipe):
+    with pytest.raises(BuildError, match="not written yet: prompt-order"):
+        steps.build_recipe(str(vault_recipe[0]), repo=TEST_REPO)
+
+
+def test_allow_unwritten_fixes_marks_the_image(vault_recipe, made_images, capfd):
+    path, image = vault_recipe
+    result = steps.build_recipe(str(path), repo=TEST_REPO, allow_unwritten=True)
+    made_images.extend(result.tags)
+    assert result.tags[1] == f"{TEST_REPO}/vault-base:v0.26.0-unwritten"
+    assert all(t.endswith("-unwritten") for t in result.tags)
+    labels = engine.inspect(result.image_id)["Config"]["Labels"]
+    assert labels["cookbook.allow-unwritten-fixes"] == "true" and labels["cookbook.publishable"] == "false"
+    assert labels["cookbook.standin"] == "false"
+    base_id = engine.inspect(image)["Id"]
+    assert labels["cookbook.base.id"] == base_id  # recorded although the recipe names :latest
+    manifest = json.loads(cat(result.image_id, fixplan.MANIFEST))
+    assert manifest["base"]["id"] == base_id and manifest["allow_unwritten_fixes"] is True
+    err = capfd.readouterr().err
+    assert "warning:" in err and "base.digest" in err and base_id in err

@@ -55,12 +55,6 @@ def test_prefix_caching_default_is_on(value, on):
     assert derive.prefix_caching_on(Serve(enable_prefix_caching=value)) is on
 
 
-@pytest.mark.parametrize("env,mode", [({"PT_HPU_LAZY_MODE": "1"}, "lazy"), ({"PT_HPU_LAZY_MODE": "0"}, "compile"),
-                                      ({}, "compile")])
-def test_hpu_mode(env, mode):
-    assert derive.hpu_mode(env) == mode
-
-
 def test_bucket_env():
     b = Buckets(exponential=True, prompt_bs={"min": 1, "step": 1, "max": 8}, decode_bs={"min": 1, "step": 2, "max": 32},
                 prompt_seq={"min": 128, "step": 4096, "max": 262144},
@@ -71,14 +65,9 @@ def test_bucket_env():
     assert set(env) == derive.derived_env_names()
 
 
-@pytest.mark.parametrize("opt_in,expected", [
-    ([], ["a", "b"]), (["x"], ["a", "x", "b"]), (["y", "x"], ["a", "x", "b", "y"]),
-])
-def test_selected_fixes_keep_pack_order(opt_in, expected):
-    assert derive.selected_fixes(["a", "x", "b", "y"], ["x", "y"], opt_in) == expected
-
-
-@pytest.mark.parametrize("standin,suffix", [(False, ""), (True, "-standin")])
-def test_image_tags(standin, suffix):
-    tags = derive.image_tags("reg/cb", "qwen3.5-27b-fp8", "v0.26.0", "abcdef0123456789", standin)
+@pytest.mark.parametrize("standin,allow_unwritten,suffix", [(False, False, ""), (True, False, "-standin"),
+                                                            (True, True, "-standin"), (False, True, "-unwritten")])
+def test_image_tags(standin, allow_unwritten, suffix):
+    mark = derive.tag_mark(standin, allow_unwritten)
+    tags = derive.image_tags("reg/cb", "qwen3.5-27b-fp8", "v0.26.0", "abcdef0123456789", mark)
     assert tags == [f"reg/cb/qwen3.5-27b-fp8:v0.26.0-abcdef01{suffix}", f"reg/cb/qwen3.5-27b-fp8:v0.26.0{suffix}"]

@@ -6,8 +6,10 @@ import json
 import pytest
 
 from cookbook import engine, fixes
+from cookbook.fixes import fixplan
 
 from . import packs
+from .conftest import TEST_REPO
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 SITE = "/usr/local/lib/python3.11/dist-packages"
@@ -18,7 +20,7 @@ def cat(image: str, path: str) -> str:
 
 
 def test_record_read_back_from_the_image(testpack_image, testpack):
-    record = json.loads(cat(testpack_image.image_id, "/opt/cookbook/fix-record.json"))
+    record = json.loads(cat(testpack_image.image_id, fixplan.RECORD))
     assert record["profile"] == "v0.26.0"
     assert record["fixes"] == ["selftest-runner", "selftest-request"]
     assert "gdn-prefix-cache" in record["not_in_pack"]
@@ -43,9 +45,12 @@ def test_labels_list_the_fixes(testpack_image):
 def test_entrypoint_refuses_an_edited_tree(testpack_image, tmp_path):
     (tmp_path / "Dockerfile").write_text(
         f"FROM {testpack_image.tags[0]}\nRUN echo '# edited' >> {SITE}/vllm_gaudi/{packs.RUNNER}\n")
-    tag = "cookbook-test/edited-tree:latest"
+    tag = f"{TEST_REPO}/edited-tree:latest"
     engine.docker("build", "-q", "-t", tag, str(tmp_path))
-    out = engine.docker("run", "--rm", tag, check=False)
+    try:
+        out = engine.docker("run", "--rm", tag, check=False)
+    finally:
+        engine.docker("rmi", tag, check=False)
     assert out.returncode == 1
     assert "do not match their record; not starting" in out.stderr
     assert f"vllm_gaudi/{packs.RUNNER}" in out.stdout + out.stderr

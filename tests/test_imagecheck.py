@@ -6,10 +6,12 @@ import time
 
 import pytest
 
-from cookbook import engine, imagecheck, recipes, standin
+from cookbook import engine, imagecheck, recipes, render, standin
 from cookbook.errors import CheckFailure
+from cookbook.fixes import fixplan
 
 from . import packs
+from .conftest import TEST_REPO
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 RID = "qwen3.5-27b-fp8"
@@ -42,7 +44,7 @@ def derive(testpack_image, tmp_path_factory):
     def build(name: str, *lines: str) -> str:
         ctx = tmp_path_factory.mktemp(name)
         (ctx / "Dockerfile").write_text("\n".join([f"FROM {testpack_image.tags[0]}", *lines]) + "\n")
-        tag = f"cookbook-test/broken-{name}:latest"
+        tag = f"{TEST_REPO}/broken-{name}:latest"
         engine.docker("build", "-q", "-t", tag, str(ctx))
         made.append(tag)
         return tag
@@ -73,22 +75,27 @@ def test_no_container_left_behind(good):
 def test_wrong_env_value_fails(derive, with_testpack):
     result = check(derive("env", "ENV VLLM_COMPACT_GDN=0"))
     assert not result.passed
-    assert {"test_env.py::test_recipe_env_set_with_values", "test_env.py::test_nothing_forbidden_set"} <= failed(result)
+    assert "test_env.py::test_recipe_env_set_with_values" in failed(result)
 
 
 def test_lazy_mode_fails(derive, with_testpack):
     result = check(derive("lazy", "ENV PT_HPU_LAZY_MODE=1"))
-    assert "test_env.py::test_nothing_forbidden_set" in failed(result)
+    assert "test_env.py::test_mode_and_fix_env" in failed(result)
 
 
-def test_edited_patched_file_fails(derive, with_testpack):
-    result = check(derive("edited", f"RUN echo '# edited' >> {SITE}/vllm_gaudi/{packs.RUNNER}"))
-    assert failed(result) == {"test_fixes.py::test_fixed_sources_match_their_record"}
+def test_edited_patched_file_and_manifest_fail(derive, with_testpack):
+    result = check(derive("edited", f"RUN echo '# edited' >> {SITE}/vllm_gaudi/{packs.RUNNER} && "
+                                    f"echo >> {fixplan.MANIFEST}"))
+    assert failed(result) == {"test_fixes.py::test_fixed_sources_match_their_record",
+                              "test_manifest.py::test_manifest_is_the_rendered_one",
+                              "test_manifest.py::test_manifest_hash_label_is_the_shipped_file"}
 
 
-def test_missing_label_fails(derive, with_testpack):
-    result = check(derive("label", 'LABEL cookbook.recipe.hash="" org.opencontainers.image.vendor=""'))
-    assert failed(result) == {"test_labels.py::test_recipe_labels", "test_labels.py::test_oci_keys_present"}
+def test_missing_or_lying_label_fails(derive, with_testpack):
+    result = check(derive("label", 'LABEL cookbook.recipe.hash="" org.opencontainers.image.vendor="" '
+                                   'cookbook.content.hash="0"'))
+    assert failed(result) == {"test_labels.py::test_recipe_labels", "test_labels.py::test_oci_keys_present",
+                              "test_manifest.py::test_content_hash_label"}
 
 
 def test_leaked_token_fails(derive, with_testpack):
@@ -125,10 +132,13 @@ def test_unchecked_image_has_no_evidence():
         imagecheck.require_passed("sha256:" + "0" * 64)
 
 
-def test_expectations_come_from_the_recipe(with_testpack):
+def test_expectations_are_the_rendered_manifest(with_testpack):
     loaded = recipes.load(RID)
-    e = imagecheck.expectations(loaded, standin.base("v0.26.0"), "img")
-    assert e["fixes"] == ["selftest-runner", "selftest-request"]
-    assert e["forbidden_env"] == {"PT_HPU_LAZY_MODE": "1", "VLLM_COMPACT_GDN": "0"}
+    files = render.context_files(loaded, standin.base("v0.26.0"))
+    e = imagecheck.expectations(files, "img")
+    assert e["fixes"] == ["selftest-runner", "selftest-request"] and "gdn-prefix-cache" in e["not_written"]
+    assert e["mode"] == "compile" and e["fix_env"] == {}
     assert e["command"][:3] == ["vllm", "serve", "Qwen/Qwen3.5-27B-FP8"] and e["python"] == "3.11"
     assert len(e["env"]) == 23
+    assert e["manifest_sha256"] == fixplan.sha256_bytes(files["manifest.json"])
+    assert e["content_hash"] == render.content_hash(files) and e["paths"]["record"] == fixplan.RECORD

@@ -24,7 +24,8 @@ IMAGE_ID = "sha256:" + "1" * 64
 OTHER_ID = "sha256:" + "2" * 64
 BASE = "sha256:" + "3" * 64
 GOOD = {"cookbook.standin": "false", "cookbook.fixes.not-written": "", "cookbook.recipe": "r",
-        "cookbook.recipe.hash": "h" * 64, "org.opencontainers.image.base.digest": BASE}
+        "cookbook.recipe.hash": "h" * 64, "org.opencontainers.image.base.digest": BASE,
+        "cookbook.publishable": "true"}
 
 
 def facts(labels=None, checks=None, remote=None, base=BASE):
@@ -40,8 +41,11 @@ def facts(labels=None, checks=None, remote=None, base=BASE):
      ["stand-in image (cookbook.standin=<missing>)"]),
     (facts({"cookbook.fixes.not-written": "gdn-prefix-cache"}), False,
      ["not all written (cookbook.fixes.not-written: gdn-prefix-cache)"]),
-    (facts({"cookbook.fixes.allow-unwritten": "true"}), False, ["--allow-unwritten-fixes"]),
-    (facts({"cookbook.fixes.allow-unwritten": "false"}), False, []),
+    (facts({"cookbook.allow-unwritten-fixes": "true"}), False, ["--allow-unwritten-fixes"]),
+    (facts({"cookbook.allow-unwritten-fixes": "false"}), False, []),
+    (facts({"cookbook.publishable": "false"}), False, ["may not be published (cookbook.publishable=false)"]),
+    ({**facts().__dict__, "labels": {k: v for k, v in GOOD.items() if k != "cookbook.publishable"}}, False,
+     ["may not be published (cookbook.publishable=<missing>)"]),
     (facts(checks="image sha256:1 has no image-check result"), False,
      ["checks have not passed: image sha256:1 has no"]),
     (facts({"cookbook.recipe.hash": "x" * 64}), False, ["another version of r"]),
@@ -233,7 +237,7 @@ def test_the_task_refuses_a_standin_image_with_every_reason(publishable, pack, a
     ctx = tmp_path / "relabel"
     ctx.mkdir()
     # A test-only image: the publishable one plus the label issue 7's --allow-unwritten-fixes sets.
-    (ctx / "Dockerfile").write_text(f"FROM {built.tags[0]}\nLABEL cookbook.fixes.allow-unwritten=true\n")
+    (ctx / "Dockerfile").write_text(f"FROM {built.tags[0]}\nLABEL cookbook.allow-unwritten-fixes=true\n")
     iid = tmp_path / "iid"
     engine.docker("build", "-q", "--iidfile", str(iid), str(ctx))
     relabelled = iid.read_text().strip()

@@ -4,11 +4,9 @@ import shlex
 
 from conftest import docker_run
 
-ENTRYPOINT = ["python3", "/opt/cookbook/entrypoint.py"]
 
-
-def test_entrypoint_is_the_cookbooks(image_config):
-    assert image_config["Config"]["Entrypoint"] == ENTRYPOINT
+def test_entrypoint_is_the_cookbooks(image_config, expect):
+    assert image_config["Config"]["Entrypoint"] == ["python3", expect["paths"]["entrypoint"]]
     assert not image_config["Config"]["Cmd"]
 
 

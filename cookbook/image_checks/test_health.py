@@ -7,9 +7,9 @@ def test_exposed_port(image_config, expect):
     assert f"{expect['port']}/tcp" in (image_config["Config"]["ExposedPorts"] or {})
 
 
-def test_healthcheck_declared(image_config):
+def test_healthcheck_declared(image_config, expect):
     test = image_config["Config"]["Healthcheck"]["Test"]
-    assert test[0] == "CMD" and test[1:] == ["python3", "/opt/cookbook/entrypoint.py", "--health"]
+    assert test[0] == "CMD" and test[1:] == ["python3", expect["paths"]["entrypoint"], "--health"]
 
 
 @pytest.fixture
@@ -26,10 +26,10 @@ def health_server(host, expect):
     host.run("kill $(cat /tmp/health.pid)")
 
 
-def test_probe_fails_without_a_server(host):
-    assert host.run("python3 /opt/cookbook/entrypoint.py --health").rc == 1
+def test_probe_fails_without_a_server(host, expect):
+    assert host.run(f"python3 {expect['paths']['entrypoint']} --health").rc == 1
 
 
-def test_probe_passes_with_a_server(host, health_server):
-    out = host.run("python3 /opt/cookbook/entrypoint.py --health")
+def test_probe_passes_with_a_server(host, health_server, expect):
+    out = host.run(f"python3 {expect['paths']['entrypoint']} --health")
     assert out.rc == 0, out.stderr
