@@ -145,7 +145,7 @@ def _judge(name: str, spec: fixes.FixSpec, new_roots: dict[str, Path], old: Path
     outcome = patch_verdict(name, spec, new, fixes_dir)
     if outcome.status == APPLIES:
         changed = [f"{t.package}/{rel}" for t in spec.targets for rel, sha in t.files.items()
-                   if fixes.sha256_file(new_roots[t.package] / rel) != sha]
+                   if fixes.fixplan.sha256_file(new_roots[t.package] / rel) != sha]
         return Verdict(name, APPLIES, f"{', '.join(changed)} changed upstream: the patch applies; the new "
                                       "profile needs the new pristine sha256" if changed else "")
     if outcome.status != CONFLICTS:

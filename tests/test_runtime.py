@@ -29,7 +29,7 @@ CASES = [
     ("the same, abbreviated", ["--max-num-batched", "3584"], {}, "batched-tokens-at-256k-on-gaudi2", "3584"),
     ("not whole hybrid blocks", ["--max-num-batched-tokens", "2048"], {}, "batched-tokens-whole-hybrid-blocks",
      "896"),
-    ("COMPACT_GDN=0", [], {"VLLM_COMPACT_GDN": "0"}, "prefix-caching-needs-gdn-fix", "VLLM_COMPACT_GDN=1"),
+    ("COMPACT_GDN=0", [], {"VLLM_COMPACT_GDN": "0"}, "gdn-fix-needs-compact-gdn", "VLLM_COMPACT_GDN=1"),
     ("lazy mode", [], {"PT_HPU_LAZY_MODE": "1"}, "no-lazy-mode-for-gdn-hybrids", "compile mode"),
     ("prefix caching off is fine", ["--no-enable-prefix-caching", "--max-num-batched-tokens", "2048"], {},
      None, None),
@@ -134,7 +134,7 @@ def test_allow_unsafe_starts_with_a_warning(context):
     assert "WARNING: COOKBOOK_ALLOW_UNSAFE=1" in out.stderr and "batched-tokens-at-256k-on-gaudi2" in out.stderr
 
 
-@pytest.mark.parametrize("env,rule", [({"VLLM_COMPACT_GDN": "0"}, "prefix-caching-needs-gdn-fix"),
+@pytest.mark.parametrize("env,rule", [({"VLLM_COMPACT_GDN": "0"}, "gdn-fix-needs-compact-gdn"),
                                       ({"PT_HPU_LAZY_MODE": "1"}, "no-lazy-mode-for-gdn-hybrids")])
 def test_entrypoint_refuses_a_forbidden_environment(context, env, rule):
     out = entrypoint(context, "--cookbook-dry-run", env=env)
