@@ -46,6 +46,17 @@ def point_h2d_at_cpu(monkeypatch):
                         functools.partial(hpu_input_batch.async_h2d_update, device="cpu"))
 
 
+def drop_pinning(monkeypatch):
+    """Page-locked host memory needs an accelerator's allocator, which a CPU-only torch lacks;
+    `apply_grammar_bitmask` pins its row-index tensor. The copy is the same without it."""
+    tensor = torch.tensor
+
+    def unpinned(*args, pin_memory=False, **kwargs):
+        return tensor(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "tensor", unpinned)
+
+
 def new_batch(max_num_reqs=8) -> InputBatch:
     return InputBatch(max_num_reqs=max_num_reqs, max_model_len=256, max_num_batched_tokens=256, device=CPU,
                       pin_memory=False, vocab_size=VOCAB, block_sizes=[128], kernel_block_sizes=[128])
@@ -73,6 +84,7 @@ class Step:
     prefill_batch: int = 1  # prompts per prefill batch (the release merges prompts up to a limit)
     logits: dict = field(default_factory=dict)  # req_id -> logits row the "model" gives it
     sampled: list = field(default_factory=list)  # (request ids asked for, SamplingMetadata) per sampler call
+    passes: list = field(default_factory=list)  # request ids of each forward pass, in the order they ran
 
     def __post_init__(self):
         runner = MagicMock(spec=HPUModelRunner)
@@ -126,6 +138,7 @@ class Step:
         ModelRunnerOutput's sampled tokens by request id."""
         self.scheduled = scheduled
         self.sampled.clear()
+        self.passes.clear()
         self.runner.scheduler_output = MagicMock(num_scheduled_tokens=dict(scheduled),
                                                  total_num_scheduled_tokens=sum(scheduled.values()),
                                                  scheduled_spec_decode_tokens={}, kv_connector_metadata=None)
@@ -159,21 +172,30 @@ class Step:
             prefill.token_ids.append(torch.zeros((len(req_ids), max(self.scheduled[r] for r in req_ids)),
                                                  dtype=torch.int32))
             prefill.position_ids.append(None)
-            prefill.attn_metadata.append(rows)  # carries the row owners to the stand-in model
+            prefill.attn_metadata.append(_Pass(req_ids, rows))
             prefill.logits_indices.append(None)
             prefill.logits_requests.append(rows)
         decode = None
         if num_decodes:
-            rows = list(self.batch.req_ids[:num_decodes])
-            rows += [None] * max(0, self.decode_bucket - num_decodes)
+            req_ids = list(self.batch.req_ids[:num_decodes])
+            rows = req_ids + [None] * max(0, self.decode_bucket - num_decodes)
             decode = DecodeInputData(num_decodes=num_decodes, token_ids=torch.zeros((len(rows), 1), dtype=torch.int32),
-                                     attn_metadata=rows)
+                                     attn_metadata=_Pass(req_ids, rows))
         return (prefill, None), (decode, None)
 
     def _execute_model_generic(self, token_ids, position_ids, attn_metadata, *args, **kwargs):
-        rows = [self.logits[rid] if rid is not None else torch.zeros(VOCAB) for rid in attn_metadata]
+        self.passes.append(attn_metadata.req_ids)
+        rows = [self.logits[rid] if rid is not None else torch.zeros(VOCAB) for rid in attn_metadata.rows]
         logits = torch.stack(rows) if rows else torch.zeros((0, VOCAB))
         return None, None, None, logits
+
+
+@dataclass
+class _Pass:
+    """What the stand-in model needs of a forward pass (in place of its attention metadata): the
+    requests it runs and the owner of each logits row (None for a padding row)."""
+    req_ids: list
+    rows: list
 
 
 def bitmask(allowed_by_request: dict) -> GrammarOutput:
