@@ -9,11 +9,16 @@ onto it (vllm-gaudi's own tests/unit_tests/worker/test_hpu_mm_prefill_batching.p
 What stands in, and why:
 - the model: `_execute_model_generic` returns, for each logits row, the row the test gave for
   that row's request (a Gaudi forward pass cannot run here);
-- the input preparation: `_prepare_inputs` lays out one prefill batch per prompt and one decode
-  batch, padded to `decode_bucket` rows, with the number of logits rows per prompt that the
-  release's `_extract_prefill_batch_contents` gives (at least one with structured output);
-  bucketing and attention metadata need the Gaudi bucketing manager and are not under test;
+- the input preparation: `_prepare_inputs` lays out the prompts in batch order in prefill batches
+  of `prefill_batch` prompts and one decode batch padded to `decode_bucket` rows, with the number
+  of logits rows per prompt that the release's `_extract_prefill_batch_contents` gives (at least
+  one with structured output); bucketing and attention metadata need the Gaudi bucketing manager
+  and are not under test;
 - the KV-connector and LoRA hooks, which these steps do not use.
+
+The release's `_prepare_sampling` runs wrapped so that each sampler call's request ids and
+`SamplingMetadata` are kept (`Step.sampled`); the stand-in model notes the requests of each forward
+pass in the order they run (`Step.passes`).
 """
 
 import functools
