@@ -135,6 +135,14 @@ def test_min_p_keeps_only_tokens_above_the_threshold_when_sampling(batch):
     assert sum(d[0] != TOP for d in draws) >= 5  # the other row keeps its whole distribution
 
 
+def distinct_logits(rows: int) -> torch.Tensor:
+    """Row k's favourite token is 10 + k."""
+    out = logits(rows)
+    for k in range(rows):
+        out[k, 10 + k] = 6.0
+    return out
+
+
 def test_processors_apply_to_the_right_rows_of_sampled_subsets(batch):
     step(batch, add=[request("d0", logit_bias={BIASED: 100.0}), request("d1"),
                      request("p2", logit_bias={OTHER_BIASED: 100.0}),
@@ -143,6 +151,8 @@ def test_processors_apply_to_the_right_rows_of_sampled_subsets(batch):
     assert sample(batch, ["p2"]) == [OTHER_BIASED]
     assert sample(batch, ["p3"]) == [SECOND]
     assert sample(batch, ["p3", "d1", "p2"]) == [SECOND, TOP, OTHER_BIASED]
+    # A request owning several logits rows: each row keeps its own logits.
+    assert sample(batch, ["d1", "d0", "d1", "p2"], row_logits=distinct_logits) == [10, BIASED, 12, OTHER_BIASED]
     # Decodes padded to a bucket smaller and larger than the batch.
     assert sample(batch, ["d0", "d1"]) == [BIASED, TOP]
     assert sample(batch, ["d0", "d1"], pad_to=3) == [BIASED, TOP]
