@@ -167,3 +167,23 @@ def test_min_p_on_a_padded_subset(batch):
     draws = [sample(batch, ["d1", "d0"], pad_to=4, row_logits=spread_logits) for _ in range(20)]
     assert [d[0] for d in draws] == [TOP] * 20
     assert sum(d[1] != TOP for d in draws) >= 5
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_min_tokens_through_the_runner_steps(monkeypatch, async_scheduling):
+    """Three steps of the release's sample_tokens (a prefill, two decodes; see _runner.py). Under
+    async scheduling the sampled tokens stay on the device and the requests' output lists do not
+    grow, yet min_tokens must count them: the stop token is banned for exactly two tokens."""
+    from _runner import VOCAB, Model, Runner
+
+    row = torch.zeros(VOCAB)
+    row[TOP], row[SECOND] = 5.0, 4.0
+    runner = Runner(monkeypatch, Model(fixed_logits=row), async_scheduling=async_scheduling)
+    runner.add("a", [1, 2, 3], min_tokens=2, stop_token_ids=[TOP])
+    runner.add("x", [4, 5, 6])
+    tokens = {"a": [], "x": []}
+    for scheduled in ({"a": 3, "x": 3}, {"a": 1, "x": 1}, {"a": 1, "x": 1}):
+        out = runner.run(scheduled)
+        for rid in tokens:
+            tokens[rid] += out.sampled_token_ids[out.req_id_to_index[rid]]
+    assert tokens == {"a": [SECOND, SECOND, TOP], "x": [TOP, TOP, TOP]}
