@@ -73,3 +73,14 @@ def step_output(scheduler_output, tokens: dict[str, int]):
 def delivered(engine_outputs) -> dict[str, list[int]]:
     """{request id: new token ids} the engine core hands the front end for one step."""
     return {o.request_id: list(o.new_token_ids) for outs in engine_outputs.values() for o in outs.outputs}
+
+
+def run_until_resumed(sched, tokens_from: int = 1000, max_steps: int = 200):
+    """Step the engine (schedule, then the worker's tokens) until a preempted request is scheduled
+    again; returns that step's SchedulerOutput, not yet executed."""
+    for step in range(max_steps):
+        out = sched.schedule()
+        if out.scheduled_cached_reqs.resumed_req_ids:
+            return out
+        sched.update_from_output(out, step_output(out, {r: tokens_from + step for r in out.num_scheduled_tokens}))
+    raise AssertionError(f"no request was resumed within {max_steps} steps")
