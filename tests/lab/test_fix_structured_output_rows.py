@@ -64,11 +64,13 @@ def test_a_prompt_with_several_logits_rows_keeps_the_rows_after_it_right(monkeyp
     drop_pinning(monkeypatch)
     s = Step()
     s.add(request("D", SamplingParams(temperature=0.0), prompt_len=4, computed=4, output=[9]), _nearly_flat(3))
-    # Resumed after preemption with its first output token recomputed: two logits rows this step.
+    # Resumed after preemption with its first output token recomputed: two logits rows on the stock
+    # release, one once resumed-prefill-logits is in the pack; the rows after it must be right either way.
     s.add(request("R", SamplingParams(temperature=0.5), prompt_len=6, computed=4, output=[7]), _nearly_flat(3))
     s.add(request("P", SamplingParams(temperature=1.0), prompt_len=6, computed=0), _nearly_flat(3))
     s.refresh()
     s.run({"D": 1, "R": 3, "P": 6}, batch_changed=True, grammar=bitmask({"P": [50], "D": [40]}))
-    assert _row_temperatures(s) == [-1.0, 0.5, 0.5, 1.0]  # rows: D, R, R, P
+    temps = _row_temperatures(s)  # rows: D, R (one or two), P
+    assert len(temps) in (3, 4) and temps[0] == -1.0 and set(temps[1:-1]) == {0.5} and temps[-1] == 1.0, temps
     assert s.runner.requests["D"].output_token_ids[-1] == 40
     assert s.runner.requests["P"].output_token_ids[-1] == 50  # its grammar is on its own row
