@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cookbook import build, engine, recipes, render, standin, steps
+from cookbook import build, engine, fixes, recipes, render, standin, steps
 from cookbook.derive import serve_command
 from cookbook.errors import BuildError
 from cookbook.fixes import fixplan
@@ -154,7 +154,10 @@ def vault_recipe(built, made_images, tmp_path_factory):
 
 
 def test_real_base_build_refuses_unwritten_fixes(vault_recipe):
-    with pytest.raises(BuildError, match="not written yet: prompt-order"):
+    loaded = recipes.load(str(vault_recipe[0]))
+    missing = fixes.select(loaded.recipe.fixes.profile, loaded.recipe.fixes.opt_in).not_written
+    assert missing, "every selected fix is written: this refusal can no longer be shown with the real pack"
+    with pytest.raises(BuildError, match=f"not written yet: {missing[0]}"):
         steps.build_recipe(str(vault_recipe[0]), repo=TEST_REPO)
 
 

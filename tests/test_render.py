@@ -115,8 +115,10 @@ def test_manifest_names_recipe_base_commits_and_fixes():
     for f in m["fixes"]["order"]:
         assert (f["status"] == "in-pack") == (f["sha256"] is not None)
     lib = {f"lib/cookbook/{name}" for name in (*render.RUNTIME_MODULES, "fixplan.py")}
+    written = fixes.select(loaded.recipe.fixes.profile, loaded.recipe.fixes.opt_in).written
+    patches = {f"fixes/{name}/{patch.file}" for name, spec in written.items() for patch in spec.patches}
     assert set(m["files"]) == {"entrypoint.py", "fixes/apply_all.py", "fixes/fixplan.py", "fixes/pack.json",
-                               render.RUNTIME_DATA, *lib}
+                               render.RUNTIME_DATA, *lib, *patches}
 
 
 def test_standin_context_is_built_from_the_standin_and_says_so():
