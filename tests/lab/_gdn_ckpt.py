@@ -26,8 +26,6 @@ RECIPE = REPO / "recipes" / "Qwen" / "Qwen3.5-27B-FP8" / "recipe.yaml"
 KERNEL_BLOCK = 128  # the HPU paged-attention kernel block (platform.py's Gaudi default block size)
 BLOCK_TOKENS = 896  # the hybrid KV block of Qwen3.5-27B with prefix caching (7 kernel blocks)
 
-_DTYPE_OF_BYTES = {2: torch.bfloat16, 4: torch.float32}
-
 
 def recipe_model(path: Path = RECIPE) -> dict:
     """The recipe's `model` section: its geometry (config.json's text_config) and hybrid KV block."""
@@ -254,7 +252,8 @@ class Pool:
 
 # ---- the runner's hybrid cache set-up, driven on CPU -----------------------------------------------
 
-def hybrid_caches(gdn_first: bool, max_reqs: int = 3, num_blocks: int = 4, block_tokens: int = BLOCK_TOKENS):
+def hybrid_caches(gdn_first: bool, max_reqs: int = 3, num_blocks: int = 4, block_tokens: int = BLOCK_TOKENS,
+                  layer: TinyGDN | None = None):
     """Run the tree's real `HPUModelRunner.initialize_kv_cache` (hybrid cache, compact GDN) for one KV
     tensor shared by a GDN layer and an attention layer, the GDN group listed first (vLLM's order for
     Qwen3.5) or second. Only the set-up around the allocation stands in (no model, no attention groups,
@@ -267,7 +266,8 @@ def hybrid_caches(gdn_first: bool, max_reqs: int = 3, num_blocks: int = 4, block
     from vllm_gaudi.attention.backends.hpu_attn import HPUAttentionBackend
 
     attn = FullAttentionSpec(block_size=block_tokens, num_kv_heads=1, head_size=8, dtype=torch.bfloat16)
-    gdn = MambaSpec(shapes=((3, 16), (2, 4, 4)), dtypes=(torch.bfloat16, torch.float32), block_size=block_tokens,
+    shapes = tuple(layer.state_shapes()) if layer else ((3, 16), (2, 4, 4))
+    gdn = MambaSpec(shapes=shapes, dtypes=(torch.bfloat16, torch.float32), block_size=block_tokens,
                     page_size_padded=attn.page_size_bytes, mamba_type=MambaAttentionBackendEnum.GDN_ATTN,
                     mamba_cache_mode="align")
     groups = [KVCacheGroupSpec(["gdn.0"], gdn), KVCacheGroupSpec(["attn.0"], attn)]
