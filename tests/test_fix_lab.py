@@ -84,10 +84,14 @@ def test_keep_never_replaces_a_folder_the_lab_did_not_lay_out(tmp_path):
         fix_lab.lab(keep=tmp_path)
 
 
-def test_the_lab_imports_the_release_from_the_tree_on_cpu(report):
+def test_the_labs_own_modules_pass_on_both_trees(report):
+    # test_lab.py (the release imports from the tree on CPU) and the design proofs that are no fix's
+    # module (test_gdn_layout.py): they hold on the pristine and on the patched tree alike.
+    own = sorted(p.name for p in fix_lab.LAB_TESTS.glob("test_*.py") if fix_lab.fix_of(p.name) is None)
+    assert {"test_lab.py", "test_gdn_layout.py"} <= set(own)
     pristine, patched = report.runs
     for run in (pristine, patched):
-        lab = {n: o for n, o in fix_lab.run(run.tree, ["test_lab.py"]).outcomes.items()}
+        lab = {n: o for n, o in fix_lab.run(run.tree, own).outcomes.items()}
         assert lab and set(lab.values()) == {"passed"}, run.tree
 
 
