@@ -46,8 +46,15 @@ def fresh_ropes(monkeypatch):
     """get_rope's per-shape cache, emptied (this test's ropes are built, not reused), under a vLLM
     config, as custom ops are built while a model is."""
     monkeypatch.setattr(rope_module, "_ROPE_DICT", {})
-    with set_current_vllm_config(VllmConfig()):
-        yield
+    # One thread: torch's multithreaded CPU cos/sin can differ in the last bit from run to run (seen in
+    # about one full lab run in four), and the tables are compared bit for bit.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with set_current_vllm_config(VllmConfig()):
+            yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def build_on_accelerator(layers: int, **rope_kwargs):
