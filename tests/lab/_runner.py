@@ -15,7 +15,6 @@ Standing in, because only a Gaudi runs them:
   scheduled), and the async-scheduling set-up of the runner's `__init__`.
 """
 
-import functools
 from types import SimpleNamespace
 from unittest.mock import MagicMock
 
@@ -58,41 +57,20 @@ class Runner:
     """The release's runner methods on a spec'd mock, with a real input batch."""
 
     def __init__(self, monkeypatch, model: Model, multimodal=False, async_scheduling=False):
-        from vllm.v1.sample.sampler import Sampler
-        from vllm_gaudi import utils
-        from vllm_gaudi.v1.worker import hpu_input_batch
+        from _step import CPU, point_h2d_at_cpu, spec_runner
         from vllm_gaudi.v1.worker.hpu_input_batch import InputBatch
-        from vllm_gaudi.v1.worker.hpu_model_runner import HPUModelRunner
 
-        # async_h2d_update defaults to the "hpu" device; the input batch calls it without one.
-        monkeypatch.setattr(hpu_input_batch, "async_h2d_update",
-                            functools.partial(utils.async_h2d_update, device="cpu"))
-        cpu = torch.device("cpu")
-        runner = MagicMock(spec=HPUModelRunner)
-        for name in BOUND:
-            setattr(runner, name, getattr(HPUModelRunner, name).__get__(runner))
-        self.batch = runner.input_batch = InputBatch(
-            max_num_reqs=4, max_model_len=64, max_num_batched_tokens=64, device=cpu, pin_memory=False,
+        point_h2d_at_cpu(monkeypatch)
+        self.batch = InputBatch(
+            max_num_reqs=4, max_model_len=64, max_num_batched_tokens=64, device=CPU, pin_memory=False,
             vocab_size=VOCAB, block_sizes=[128], kernel_block_sizes=[128],
-            logitsprocs=_builtin_logitsprocs(cpu))
-        runner.requests = {}
-        runner.vllm_config = MagicMock(speculative_config=None)
-        runner.vllm_config.parallel_config.data_parallel_size = 1  # read by vLLM's set_forward_context
-        runner.vllm_config.parallel_config.use_sequence_parallel_moe = False
-        runner.speculative_config = None
+            logitsprocs=_builtin_logitsprocs(CPU))
+        runner = spec_runner(BOUND, self.batch, max_model_len=64, async_scheduling=async_scheduling)
         runner.model = self.model = model
-        runner.sampler = Sampler()
-        runner.device = cpu
-        runner.max_model_len = 64
-        runner.use_async_scheduling = async_scheduling
         if async_scheduling:  # what the runner's __init__ sets up for async scheduling
             runner.async_output_copy_stream = torch.hpu.Stream()
             self.batch.async_output_token_ids = {}
-        runner.use_aux_hidden_state_outputs = False
         runner.model_has_chunked_attention = False
-        runner.is_driver_worker = False
-        runner.profiler = MagicMock(enabled=False)
-        runner.kv_caches = []
         runner.warmup_mode = False
         runner.supports_mm_inputs = multimodal
         runner.attn_backend_name = "HPUAttentionBackendV1"

@@ -62,6 +62,29 @@ def drop_pinning(monkeypatch):
     monkeypatch.setattr(torch, "tensor", unpinned)
 
 
+def spec_runner(methods, batch: InputBatch, max_model_len: int, async_scheduling: bool = False) -> MagicMock:
+    """A spec'd HPUModelRunner with the release's `methods` bound onto it, on the CPU, holding `batch`,
+    with the attributes every lab step reads (no spec decode, one data-parallel rank, no profiler)."""
+    runner = MagicMock(spec=HPUModelRunner)
+    for name in methods:
+        setattr(runner, name, getattr(HPUModelRunner, name).__get__(runner))
+    runner.input_batch = batch
+    runner.requests = {}
+    runner.vllm_config = MagicMock(speculative_config=None)
+    runner.vllm_config.parallel_config.data_parallel_size = 1  # read by vLLM's set_forward_context
+    runner.vllm_config.parallel_config.use_sequence_parallel_moe = False
+    runner.speculative_config = None
+    runner.use_async_scheduling = async_scheduling
+    runner.use_aux_hidden_state_outputs = False
+    runner.is_driver_worker = False
+    runner.profiler = MagicMock(enabled=False)
+    runner.kv_caches = []
+    runner.device = CPU
+    runner.max_model_len = max_model_len
+    runner.sampler = Sampler()
+    return runner
+
+
 def new_batch(max_num_reqs=8) -> InputBatch:
     return InputBatch(max_num_reqs=max_num_reqs, max_model_len=256, max_num_batched_tokens=256, device=CPU,
                       pin_memory=False, vocab_size=VOCAB, block_sizes=[128], kernel_block_sizes=[128])
@@ -92,24 +115,8 @@ class Step:
     passes: list = field(default_factory=list)  # request ids of each forward pass, in the order they ran
 
     def __post_init__(self):
-        runner = MagicMock(spec=HPUModelRunner)
-        for name in REAL_METHODS:
-            setattr(runner, name, getattr(HPUModelRunner, name).__get__(runner))
-        runner.input_batch = self.batch
-        runner.requests = {}
-        runner.vllm_config = MagicMock(speculative_config=None)
-        runner.vllm_config.parallel_config.data_parallel_size = 1  # read by vLLM's set_forward_context
-        runner.vllm_config.parallel_config.use_sequence_parallel_moe = False
-        runner.speculative_config = None
-        runner.use_async_scheduling = False
-        runner.use_aux_hidden_state_outputs = False
-        runner.is_driver_worker = False
-        runner.profiler = MagicMock(enabled=False)
-        runner.kv_caches = []
-        runner.device = CPU
-        runner.max_model_len = 256
+        runner = spec_runner(REAL_METHODS, self.batch, max_model_len=256)
         runner.batch_changed = False
-        runner.sampler = Sampler()
         runner._get_model_mm_inputs = lambda *a, **k: (None, None)
         runner._configure_lora = lambda *a, **k: (None, None)
         runner._get_prompt_logprobs_dict = lambda *a, **k: {}
