@@ -6,6 +6,7 @@ sha256 of each changed file, which is what apply_all.py checks an image against.
 
 from __future__ import annotations
 
+import difflib
 import subprocess
 import tempfile
 from pathlib import Path
@@ -33,6 +34,15 @@ def changed_files(pristine_root: Path, edited_root: Path) -> list[str]:
         if original.is_file() and original.read_bytes() != path.read_bytes():
             out.append(rel)
     return out
+
+
+def dropped_lines(pristine: bytes, earlier: bytes, edited: bytes) -> list[str]:
+    """Lines the earlier fixes added to a file (pristine -> earlier) that the edited copy lacks: an
+    edited copy made from the pristine release would silently revert them in this fix's patch."""
+    before, after = pristine.decode().splitlines(), earlier.decode().splitlines()
+    added = [line for line in difflib.ndiff(before, after) if line.startswith("+ ")]
+    have = set(edited.decode().splitlines())
+    return [line[2:] for line in added if line[2:] not in have]
 
 
 def unified_diff(rel: str, before: bytes, after: bytes) -> str:
@@ -86,6 +96,7 @@ def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: 
                 if not ok:
                     raise FixError(f"earlier fix {fix} does not apply to the release: {said}",
                                    hint="run invoke fixes.verify")
+        files = own_changes(files, earlier, package, roots[package], staging / package, edited)
         diff = "".join(unified_diff(f, (staging / package / f).read_bytes(), (edited / f).read_bytes())
                        for f in files)
     patch_name = f"0001-{name}.patch"
@@ -109,3 +120,28 @@ def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: 
     say(f"fix {name}: {len(files)} file(s) into {folder}; fill in title, why and how"
         if PLACEHOLDER in (title, why, how) else f"fix {name}: {len(files)} file(s) into {folder}")
     return folder
+
+
+def own_changes(files: list[str], earlier: dict, package: str, pristine_root: Path, staged_root: Path,
+                edited_root: Path) -> list[str]:
+    """The files this fix changes, given the edited copy should hold the earlier fixes' changes too:
+    files equal to pristine + earlier fixes are theirs alone (skipped); a file that lacks a line an
+    earlier fix added is refused, since the patch would undo that fix."""
+    own = []
+    for rel in files:
+        staged, edited = (staged_root / rel).read_bytes(), (edited_root / rel).read_bytes()
+        if staged == edited:
+            continue
+        lost = dropped_lines((pristine_root / rel).read_bytes(), staged, edited)
+        if lost:
+            by = sorted(fix for fix, spec in earlier.items()
+                        if any(t.package == package and rel in t.files for t in spec.targets))
+            raise FixError(f"the edited {rel} lacks changes of earlier fix(es) {', '.join(by)} "
+                           f"(first missing line: {lost[0].strip()!r}); this fix's patch would undo them",
+                           hint="make the edited copy from a tree with the earlier fixes applied "
+                                "(invoke fixes.lab --keep DIR lays one out as DIR/patched)")
+        own.append(rel)
+    if not own:
+        raise FixError("the edited copy holds only the earlier fixes' changes, nothing of its own",
+                       hint="edit the copy, then run this again")
+    return own

@@ -80,3 +80,31 @@ def test_new_refuses_an_unedited_copy(pack, tmp_path):
     (tmp_path / "same" / "v1").mkdir(parents=True)
     with pytest.raises(FixError, match="does not differ"):
         fix_new.new_fix("prompt-order", tmp_path / "same", "vllm_gaudi", "v0.26.0", fixes_dir=pack)
+
+
+def test_new_refuses_a_copy_that_would_undo_an_earlier_fix(pack, tmp_path, upstream_cache):
+    # selftest-runner (earlier in the order) marks the runner's first line; a copy made from the
+    # pristine release lacks that mark, so its diff would take it out again.
+    pristine = (upstream_cache[0] / "vllm_gaudi" / packs.RUNNER).read_text()
+    target = tmp_path / "edit" / packs.RUNNER
+    target.parent.mkdir(parents=True)
+    target.write_text(pristine + "# a later fix\n")
+    with pytest.raises(FixError, match="lacks changes of earlier fix.*selftest-runner"):
+        fix_new.new_fix("prompt-order", tmp_path / "edit", "vllm_gaudi", "v0.26.0", fixes_dir=pack)
+
+
+def test_new_from_a_copy_with_the_earlier_fixes_keeps_only_its_own_changes(pack, tmp_path, upstream_cache):
+    # A copy of the tree with selftest-runner applied: the runner carries that fix's mark (and
+    # nothing of the new fix), another file carries the new fix's change.
+    root = upstream_cache[0] / "vllm_gaudi"
+    edit = tmp_path / "edit"
+    runner = edit / packs.RUNNER
+    runner.parent.mkdir(parents=True)
+    runner.write_text(packs.mark_first_line((root / packs.RUNNER).read_text()))
+    other = "platform.py"
+    (edit / other).write_text((root / other).read_text() + "# the new fix\n")
+    fix_new.new_fix("prompt-order", edit, "vllm_gaudi", "v0.26.0", title="t", why="w", how="h", fixes_dir=pack)
+    spec = fixes.load_fix("prompt-order", pack)
+    assert list(spec.targets[0].files) == [other]
+    patch = (pack / "prompt-order" / spec.patches[0].file).read_text()
+    assert patch.startswith(f"--- a/{other}\n") and packs.MARK not in patch
