@@ -51,16 +51,21 @@ def _verify_one(name: str, spec: fixes.FixSpec, roots: dict[str, Path], staging:
 
 
 def patch_verdict(name: str, spec: fixes.FixSpec, staging: Path, fixes_dir: Path) -> Outcome:
-    """Check a fix's patches against the staged files; when they all apply, apply them so the fixes after
-    it see the tree they were made against. Also what `fixes.drift` asks of a newer release."""
+    """Apply a fix's patches in order to the staged files, as apply_all.py does (a fix may split one
+    file's change into several patches, each made against the ones before it), so the fixes after it
+    see the tree they were made against. On the first patch that does not apply, take back the ones
+    applied and say why. Also what `fixes.drift` asks of a newer release."""
+    applied: list[fixes.PatchRef] = []
     for patch in spec.patches:
         ok, said = apply_patch(fixes_dir, name, patch.file, patch.package, staging, check_only=True)
         if ok:
+            apply_patch(fixes_dir, name, patch.file, patch.package, staging)
+            applied.append(patch)
             continue
         back, _ = apply_patch(fixes_dir, name, patch.file, patch.package, staging, reverse=True, check_only=True)
+        for done in reversed(applied):
+            apply_patch(fixes_dir, name, done.file, done.package, staging, reverse=True)
         if back:
             return Outcome(name, "already upstream", f"{patch.file} reverse-applies: its change is in the release")
         return Outcome(name, "conflicts", f"{patch.file}: {said}", patch, said)
-    for patch in spec.patches:  # all of the fix's patches check out: apply them for the fixes after it
-        apply_patch(fixes_dir, name, patch.file, patch.package, staging)
     return Outcome(name, "applies")

@@ -49,6 +49,34 @@ def test_verify_reports_conflict_with_the_failing_hunk(pack):
     assert "patch failed" in detail and packs.REQUEST in detail
 
 
+def _second_runner_patch(pack, upstream_cache, context_ok=True):
+    """A second patch of selftest-runner on the same file, made against the first (its context holds
+    the first patch's marker line); with `context_ok` False its context is not in the file."""
+    pristine = (upstream_cache[0] / "vllm_gaudi" / packs.RUNNER).read_text()
+    first = packs.mark_first_line(pristine)
+    second = first.replace(packs.MARK, packs.MARK + "# and a second patch on top of it\n", 1)
+    if not context_ok:
+        first = first.replace(packs.MARK, "# a line the file never had\n", 1)
+        second = second.replace(packs.MARK, "# a line the file never had\n", 1)
+    (pack / "selftest-runner" / "0002-on-top.patch").write_text(
+        fix_new.unified_diff(packs.RUNNER, first.encode(), second.encode()))
+    spec = pack / "selftest-runner" / "fix.yaml"
+    text = spec.read_text()
+    first_ref = next(line for line in text.splitlines() if "file: " in line and line.strip().endswith(".patch"))
+    spec.write_text(text.replace(first_ref, first_ref + "\n- package: vllm_gaudi\n  file: 0002-on-top.patch", 1))
+    fixes.write_index(fixes_dir=pack)
+
+
+@pytest.mark.parametrize("context_ok, status", [(True, "applies"), (False, "conflicts")])
+def test_verify_applies_a_fixs_patches_to_one_file_in_order(pack, upstream_cache, context_ok, status):
+    _second_runner_patch(pack, upstream_cache, context_ok)
+    assert [p.file for p in fixes.load_fix("selftest-runner", pack).patches][1] == "0002-on-top.patch"
+    got = statuses(pack)
+    assert got["selftest-runner"][0] == status, got["selftest-runner"]
+    # the fixes after it are still checked
+    assert got["selftest-request"][0] == "applies"
+
+
 def test_verify_reports_already_upstream(pack, upstream_cache):
     # A patch whose result is the release itself: it adds a line the release already has.
     rel = packs.REQUEST

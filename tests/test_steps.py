@@ -1,18 +1,33 @@
 """The pipeline steps' decisions before any engine call: a real-base build refuses unwritten fixes
 unless told it is development, marks what it cannot publish, and warns about a base it cannot pin."""
 
+import shutil
+
 import pytest
 
 from cookbook import fixes, recipes, steps
 from cookbook.errors import BuildError
+from cookbook.paths import FIXES
 
 RID = "qwen3.5-27b-fp8"
 
 
-def test_real_base_build_refuses_unwritten_fixes_with_the_list():
+@pytest.fixture
+def lacking_gdn(tmp_path, monkeypatch):
+    """The real pack without gdn-prefix-cache's folder: every fix the recipes select is written now,
+    so the unwritten path is shown on a pack that lacks one of them."""
+    pack = tmp_path / "fixes"
+    shutil.copytree(FIXES, pack, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.rmtree(pack / "gdn-prefix-cache")
+    fixes.write_index(fixes_dir=pack)
+    monkeypatch.setenv("COOKBOOK_FIXES_DIR", str(pack))
+    return pack
+
+
+def test_real_base_build_refuses_unwritten_fixes_with_the_list(lacking_gdn):
     loaded = recipes.load(RID)
     missing = fixes.select("v0.26.0", loaded.recipe.fixes.opt_in).not_written
-    assert missing  # no fix is written yet
+    assert missing == ["gdn-prefix-cache"]
     with pytest.raises(BuildError) as err:
         steps.build_recipe(RID, dry_run=True)
     text = str(err.value)
@@ -45,13 +60,18 @@ def test_building_from_latest_warns_and_names_base_digest(capsys):
     assert "base.digest" not in capsys.readouterr().err
 
 
-def test_validate_note_lists_unwritten_fixes():
+def test_validate_note_lists_unwritten_fixes(lacking_gdn):
     loaded = recipes.load("qwen3.6-27b-fp8")
     note = steps.unwritten_note(loaded)
     missing = fixes.select(loaded.recipe.fixes.profile, loaded.recipe.fixes.opt_in).not_written
-    assert missing, "every selected fix is written: the note can no longer be shown with the real pack"
+    assert missing == ["gdn-prefix-cache"]
     assert len(note) == 1 and f"not written: {', '.join(missing)} (" in note[0]
     assert f"of the {len(loaded.fixes)} selected fixes" in note[0]
+
+
+def test_with_the_real_pack_no_recipe_selects_an_unwritten_fix():
+    for rid in (RID, "qwen3.6-27b-fp8"):
+        assert steps.unwritten_note(recipes.load(rid)) == []
 
 
 @pytest.mark.parametrize("mark,extra,expected", [

@@ -2,7 +2,7 @@
 attention page, the block arithmetic, and one Gated DeltaNet layer's prefill driven through the
 release's own ops (`vllm_gaudi.ops.hpu_gdn_pytorch`, `vllm_gaudi.ops.causal_conv1d_pytorch`) exactly
 as `HPUGatedDeltaNetAttention.forward` calls them for one prompt chunk. The design is in
-docs/gdn-prefix-cache.md; tests/lab/test_gdn_layout.py holds it to the real math.
+fixes/gdn-prefix-cache/README.md; tests/lab/test_gdn_layout.py holds it to the real math.
 
 Layout (one KV tensor of the hybrid cache is shared by one attention layer and one GDN layer of each
 GDN group; a block id belongs to one group at a time). The checkpoint of GDN layer (g, t) at a block
@@ -253,11 +253,14 @@ class Pool:
 # ---- the runner's hybrid cache set-up, driven on CPU -----------------------------------------------
 
 def hybrid_caches(gdn_first: bool, max_reqs: int = 3, num_blocks: int = 4, block_tokens: int = BLOCK_TOKENS,
-                  layer: TinyGDN | None = None):
-    """Run the tree's real `HPUModelRunner.initialize_kv_cache` (hybrid cache, compact GDN) for one KV
-    tensor shared by a GDN layer and an attention layer, the GDN group listed first (vLLM's order for
-    Qwen3.5) or second. Only the set-up around the allocation stands in (no model, no attention groups,
-    no input batch). Returns the runner and the caches each layer was bound to."""
+                  layer: TinyGDN | None = None, gdn_groups: int = 1, tensors: int = 1, prefix_caching: bool = False,
+                  kv_heads: int = 1, head_size: int = 8):
+    """Run the tree's real `HPUModelRunner.initialize_kv_cache` (hybrid cache, compact GDN) for
+    `tensors` KV tensors, each shared by one GDN layer of each of `gdn_groups` GDN groups
+    (`gdn.<g>.<t>`) and one attention layer (`attn.<t>`), the GDN groups listed first (vLLM's order
+    for Qwen3.5) or after the attention group. Only the set-up around the allocation stands in (no
+    model, no attention groups, no input batch). Returns the runner and the caches each layer was
+    bound to."""
     import types
 
     import vllm_gaudi.v1.worker.hpu_model_runner as hmr
@@ -265,24 +268,27 @@ def hybrid_caches(gdn_first: bool, max_reqs: int = 3, num_blocks: int = 4, block
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, MambaSpec
     from vllm_gaudi.attention.backends.hpu_attn import HPUAttentionBackend
 
-    attn = FullAttentionSpec(block_size=block_tokens, num_kv_heads=1, head_size=8, dtype=torch.bfloat16)
+    attn = FullAttentionSpec(block_size=block_tokens, num_kv_heads=kv_heads, head_size=head_size,
+                             dtype=torch.bfloat16)
     shapes = tuple(layer.state_shapes()) if layer else ((3, 16), (2, 4, 4))
     gdn = MambaSpec(shapes=shapes, dtypes=(torch.bfloat16, torch.float32), block_size=block_tokens,
                     page_size_padded=attn.page_size_bytes, mamba_type=MambaAttentionBackendEnum.GDN_ATTN,
                     mamba_cache_mode="align")
-    groups = [KVCacheGroupSpec(["gdn.0"], gdn), KVCacheGroupSpec(["attn.0"], attn)]
-    if not gdn_first:
-        groups.reverse()
+    groups = [KVCacheGroupSpec([f"gdn.{g}.{t}" for t in range(tensors)], gdn) for g in range(gdn_groups)]
+    attn_group = KVCacheGroupSpec([f"attn.{t}" for t in range(tensors)], attn)
+    groups = groups + [attn_group] if gdn_first else [attn_group] + groups
     config = KVCacheConfig(num_blocks=num_blocks, kv_cache_groups=groups,
                            kv_cache_tensors=[KVCacheTensor(size=attn.page_size_bytes * num_blocks,
-                                                           shared_by=[g.layer_names[0] for g in groups])])
+                                                           shared_by=[g.layer_names[t] for g in groups])
+                                             for t in range(tensors)])
     runner = object.__new__(hmr.HPUModelRunner)
     bound: dict = {}
     noop = lambda *a, **k: None  # noqa: E731
     runner.__dict__.update(
         _compact_gdn_group_ids=set(), _compact_gdn_group_offset={}, _compact_gdn_enabled=True,
         _num_gdn_groups=0, _gdn_slot_free_list=[], _gdn_req_to_base_slot={}, _original_max_num_seqs=max_reqs,
-        num_mamba_like_layers=1, num_gdn=1, use_hybrid_cache=True, use_naive_mamba_cache_sharing=False,
+        num_mamba_like_layers=gdn_groups * tensors, num_gdn=gdn_groups * tensors, use_hybrid_cache=True,
+        use_naive_mamba_cache_sharing=False, use_prefix_caching=prefix_caching,
         attn_backend=HPUAttentionBackend, device="cpu", attn_groups=[], model=None, kv_caches=[],
         shared_kv_cache_layers={}, runner_only_attn_layers=set(), enable_bucketing=False,
         attn_block_size=KERNEL_BLOCK, block_size=KERNEL_BLOCK, is_encoder_only_attn=False,

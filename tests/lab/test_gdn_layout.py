@@ -1,4 +1,4 @@
-"""The gdn-prefix-cache design on the release's real code (docs/gdn-prefix-cache.md): the KV cache
+"""The gdn-prefix-cache design on the release's real code (fixes/gdn-prefix-cache/README.md): the KV cache
 groups and tensors vLLM builds for the Qwen3.5-27B geometry, a GDN checkpoint in its block's attention
 page, the block arithmetic, and the request lifecycle driven through the release's own GDN ops on CPU.
 Not a fix module: it holds the design to the release's math, on either tree."""
@@ -261,11 +261,11 @@ def test_in_vllms_group_order_the_set_up_gives_the_attention_layer_its_own_kv_fo
     """The release's own initialize_kv_cache (hybrid cache, compact GDN), GDN group first as vLLM lists it
     for Qwen3.5: the attention layer's K and V cover every block id (checkpoint pages included) and the GDN
     layer gets max_reqs * groups + 2 compact slots. With the attention group listed first, the stock
-    set-up binds the attention layer to the GDN slots instead (docs/gdn-prefix-cache.md, item 6): the fix
+    set-up binds the attention layer to the GDN slots instead (fixes/gdn-prefix-cache/README.md, item 3): the fix
     must not depend on the order, and its own lab module tests both."""
     runner, caches = hybrid_caches(gdn_first=True, max_reqs=3, num_blocks=4)
     k, v, *_ = caches["attn.0"]
     assert k.shape == v.shape == ((4 * BLOCK // 128 + 1) * 128, 1, 8)
-    conv, ssm = caches["gdn.0"]
+    conv, ssm = caches["gdn.0.0"]
     assert conv.shape[0] == ssm.shape[0] == 3 * 1 + 2
     assert runner._gdn_slot_free_list == [2, 1, 0]

@@ -1,0 +1,266 @@
+"""gdn-prefix-cache: prefix caching for the Gated DeltaNet hybrids (Qwen3.5) in compact GDN mode.
+The stock release only warns that compact mode "does not support prefix caching": a hit resumes
+from whatever its slot holds. Patched, the runner refuses prefix caching without compact mode,
+checkpoints every GDN layer's slot state into its block's attention page when a step ends a block,
+restores the checkpoint of the last cached block into the slot of a request that starts after a
+hit, and zeroes a slot when it hands it to a request (fixes/gdn-prefix-cache/README.md).
+
+Driven through the tree's own runner methods on CPU: `initialize_kv_cache` (tests/lab/_gdn_ckpt.py's
+`hybrid_caches`: only the set-up around the allocation stands in), `_update_states` and
+`execute_model` on a real InputBatch and real SchedulerOutputs, `prepare_mamba_state_idxs` and
+`_form_prefill_batch` for the hit's mamba metadata. What stands in: the model, the pipeline group
+(one rank), prompt bucketing (one request, padded to 128-token chunks), and sample_tokens around the
+checkpoint copy it ends with. The layout of a checkpoint in a page is the design's
+(_gdn_ckpt.load_checkpoint reads what the runner wrote).
+"""
+
+import functools
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+import vllm_gaudi.v1.worker.hpu_model_runner as hmr
+from _gdn_ckpt import KERNEL_BLOCK, block_rows, hybrid_caches, load_checkpoint, recipe_model
+from _step import point_h2d_at_cpu
+from vllm.sampling_params import SamplingParams
+from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+from vllm_gaudi.v1.worker.hpu_input_batch import InputBatch
+from vllm_gaudi.v1.worker.hpu_model_runner import HPUModelRunner
+
+BLOCK = 896
+GROUPS = 2  # GDN groups (the 27B has 3): two, so group offsets inside a slot are exercised
+TENSORS = 2  # KV tensors, each shared by one GDN layer per group and one attention layer
+
+
+def _random_bits(t: torch.Tensor, gen: torch.Generator) -> None:
+    """Fill a tensor with random bytes (every bit pattern, NaNs included): copies must move bits."""
+    raw = t.view(torch.uint8)
+    raw.copy_(torch.randint(0, 256, raw.shape, generator=gen, dtype=torch.uint8))
+
+
+def _slot_states(caches, tensor: int, index: int) -> list[torch.Tensor]:
+    """One compact slot of KV tensor `tensor`'s GDN states (every GDN layer of the tensor shares them)."""
+    return [s[index] for s in caches[f"gdn.0.{tensor}"]]
+
+
+def _indices(base_slot: int) -> list[int]:
+    """The compact state index of a base slot per GDN group (the stock `s * groups + g + 1`)."""
+    return [base_slot * GROUPS + g + 1 for g in range(GROUPS)]
+
+
+def _dirty(caches, gen: torch.Generator) -> None:
+    """Random bits in every GDN state, as if requests had run."""
+    for t in range(TENSORS):
+        for s in caches[f"gdn.0.{t}"]:
+            _random_bits(s, gen)
+
+
+@pytest.fixture
+def stepping(monkeypatch):
+    """Wire a hybrid_caches runner for _update_states / execute_model on the CPU: one pipeline rank,
+    the h2d copies on the CPU, a real InputBatch with a block table per KV cache group."""
+    monkeypatch.setattr(hmr, "get_pp_group", lambda: SimpleNamespace(is_last_rank=True))
+    monkeypatch.setattr(hmr, "async_h2d_copy", functools.partial(hmr.async_h2d_copy, device="cpu"))
+    point_h2d_at_cpu(monkeypatch)
+
+    def wire(runner, max_reqs=3):
+        kernel = [KERNEL_BLOCK if i == runner._get_attention_group_id_for_hybrid() else BLOCK
+                  for i in range(GROUPS + 1)]
+        runner.__dict__.update(
+            requests={}, encoder_cache={}, uses_mrope=False, use_async_scheduling=False, is_pooling_model=False,
+            defragmenter=None, pin_memory=False, max_num_reqs=max_reqs,
+            input_batch=InputBatch(max_num_reqs=max_reqs, max_model_len=8 * BLOCK, max_num_batched_tokens=8 * BLOCK,
+                                   device=torch.device("cpu"), pin_memory=False, vocab_size=64,
+                                   block_sizes=[BLOCK] * (GROUPS + 1), kernel_block_sizes=kernel))
+        return runner
+
+    return wire
+
+
+def _new(req_id, prompt_len, computed, block_ids):
+    return NewRequestData(req_id=req_id, prompt_token_ids=[1] * prompt_len, mm_features=[],
+                          sampling_params=SamplingParams(max_tokens=4), pooling_params=None, block_ids=block_ids,
+                          num_computed_tokens=computed, lora_request=None)
+
+
+def _step(new=(), finished=(), scheduled=None):
+    """A SchedulerOutput of new requests (each scheduled for `scheduled[req_id]` tokens)."""
+    scheduled = scheduled or {}
+    return SchedulerOutput(scheduled_new_reqs=list(new), scheduled_cached_reqs=CachedRequestData.make_empty(),
+                           num_scheduled_tokens=dict(scheduled), total_num_scheduled_tokens=sum(scheduled.values()),
+                           scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={},
+                           num_common_prefix_blocks=[0] * (GROUPS + 1), finished_req_ids=set(finished),
+                           free_encoder_mm_hashes=[])
+
+
+def _block_ids(runner, gdn: list[list[int]], attn: list[int]) -> tuple:
+    """Block ids per KV cache group in the runner's group order."""
+    out, g = [], iter(gdn)
+    for gid in range(GROUPS + 1):
+        out.append(list(attn) if gid == runner._get_attention_group_id_for_hybrid() else list(next(g)))
+    return tuple(out)
+
+
+def test_prefix_caching_without_compact_gdn_is_refused(monkeypatch):
+    runner = object.__new__(HPUModelRunner)
+    runner.vllm_config = SimpleNamespace(cache_config=SimpleNamespace(enable_prefix_caching=True))
+    monkeypatch.setenv("VLLM_COMPACT_GDN", "0")
+    with pytest.raises(ValueError, match="VLLM_COMPACT_GDN=1"):
+        runner._check_gdn_prefix_cache()
+    monkeypatch.setenv("VLLM_COMPACT_GDN", "1")
+    runner._check_gdn_prefix_cache()
+    assert "self._check_gdn_prefix_cache()" in inspect.getsource(HPUModelRunner.__init__)
+
+
+@pytest.mark.parametrize("gdn_first", [True, False], ids=["gdn-groups-first", "attention-group-first"])
+def test_in_either_group_order_checkpoints_land_in_attention_pages_of_gdn_owned_blocks(gdn_first):
+    """The stock set-up binds the attention layer to the GDN states when its group comes first."""
+    runner, caches = hybrid_caches(gdn_first, num_blocks=6, gdn_groups=GROUPS, tensors=TENSORS, prefix_caching=True)
+    rows = (6 * BLOCK // KERNEL_BLOCK + 1) * KERNEL_BLOCK
+    for t in range(TENSORS):
+        k, v = caches[f"attn.{t}"][:2]
+        assert k.shape == v.shape == (rows, 1, 8)
+        states = caches[f"gdn.0.{t}"]
+        # one compact state tensor per KV tensor, shared by its GDN layers
+        assert all(caches[f"gdn.{g}.{t}"][i] is states[i] for g in range(GROUPS) for i in range(2))
+        assert states[0].shape[0] == 3 * GROUPS + 2
+    gen = torch.Generator().manual_seed(5)
+    for t in range(TENSORS):
+        for c in caches[f"attn.{t}"][:2]:
+            _random_bits(c, gen)
+    before = {t: [c.clone() for c in caches[f"attn.{t}"][:2]] for t in range(TENSORS)}
+    runner._gdn_req_to_base_slot["r"] = base = runner._gdn_slot_free_list.pop()
+    index = _indices(base)
+    _dirty(caches, gen)
+    gdn_blocks = [4, 2]  # the block id each GDN group has for the block that ends
+    runner._gdn_copy_states([(base, gdn_blocks)], to_pages=True)
+    for t in range(TENSORS):
+        k, v = caches[f"attn.{t}"][:2]
+        for g, block in enumerate(gdn_blocks):  # the page of GDN layer (g, t) holds its state, bit for bit
+            back = [torch.empty_like(s[0]) for s in caches[f"gdn.{g}.{t}"]]
+            load_checkpoint(back, k[block_rows(block, BLOCK)], v[block_rows(block, BLOCK)])
+            for got, state in zip(back, caches[f"gdn.{g}.{t}"], strict=True):
+                assert torch.equal(got.view(torch.uint8), state[index[g]].view(torch.uint8))
+        for other in (0, 1, 3, 5):  # attention KV of every other block id untouched, the pad rows too
+            for c, c0 in zip((k, v), before[t], strict=True):
+                assert torch.equal(c[block_rows(other, BLOCK)].view(torch.uint8),
+                                   c0[block_rows(other, BLOCK)].view(torch.uint8))
+        assert torch.equal(k[6 * BLOCK:].view(torch.uint8), before[t][0][6 * BLOCK:].view(torch.uint8))
+
+
+def test_a_slot_handed_to_a_new_request_starts_from_zeros(stepping):
+    runner, caches = hybrid_caches(True, gdn_groups=GROUPS, tensors=TENSORS, prefix_caching=True)
+    stepping(runner)
+    attn = [1]
+    runner._update_states(_step(new=[_new("a", 100, 0, _block_ids(runner, [[2], [3]], attn))], scheduled={"a": 100}))
+    slot = runner._gdn_req_to_base_slot["a"]
+    gen = torch.Generator().manual_seed(2)
+    _dirty(caches, gen)  # "a" ran: its slot holds its final states
+    runner._update_states(_step(new=[_new("b", 100, 0, _block_ids(runner, [[5], [4]], attn))], finished={"a"},
+                                scheduled={"b": 100}))
+    assert runner._gdn_req_to_base_slot["b"] == slot  # the free list is a stack: b reuses a's slot
+    for t in range(TENSORS):
+        for index in _indices(slot):
+            assert all(torch.count_nonzero(s) == 0 for s in _slot_states(caches, t, index))
+
+
+def _mamba_metadata(runner, req_id, computed, scheduled):
+    """The release's _form_prefill_batch for one prompt chunk (prefix caching on, one request per
+    prefill batch as the runner's default); bucketing pads to whole 128-token GDN chunks."""
+    runner.__dict__.update(
+        profiler=SimpleNamespace(enabled=False), interleaved_sliding_window=False, use_merged_prefill=False,
+        logits_rounding=1, mamba_chunk_size=KERNEL_BLOCK, dtype=torch.bfloat16, uses_mrope=False,
+        cache_config=SimpleNamespace(mamba_block_size=BLOCK), get_dp_padding=lambda n: 0,
+        _get_prompt_bucketing_fn=lambda: lambda q, c: (1, -(-sum(q) // KERNEL_BLOCK) * KERNEL_BLOCK, sum(c)))
+    index = runner.input_batch.req_id_to_index[req_id]
+    table = runner.input_batch.block_table[runner._get_attention_group_id_for_hybrid()].get_cpu_tensor()
+    contents = SimpleNamespace(req_ids=[req_id], token_ids=[[1] * scheduled], context_lens=[computed],
+                               blocks=[table[index].tolist()], logits_positions=[[scheduled - 1]])
+    return runner._form_prefill_batch(contents).attn_metadata[0]
+
+
+def test_a_batch_with_hits_and_misses_restores_the_hits_and_checkpoints_every_block_end(stepping):
+    """Step 1: "cold" runs 2 blocks from scratch and checkpoints both block ends. Step 2: "hit" shares
+    its first 2 blocks (vLLM gives the GDN groups null blocks, then the cached last block), "miss" a
+    new prompt that ends mid-block, "also" one that ends a block: the hit gets the cold request's
+    state at token 1792 in its slot before anything runs, and its prefill starts from it; the pages
+    of the GDN blocks new in this step are zeroed."""
+    runner, caches = hybrid_caches(True, num_blocks=12, gdn_groups=GROUPS, tensors=TENSORS, prefix_caching=True)
+    stepping(runner)
+    cold_gdn = [[2, 3], [4, 5]]
+    out = _step(new=[_new("cold", 2 * BLOCK, 0, _block_ids(runner, cold_gdn, [1, 6]))], scheduled={"cold": 2 * BLOCK})
+    assert runner.execute_model(out) is None
+    gen = torch.Generator().manual_seed(9)
+    _dirty(caches, gen)  # the forward pass ran: the slot holds the state at 1792
+    cold = runner._gdn_req_to_base_slot["cold"]
+    assert runner._gdn_pending_checkpoints == [(cold, [3, 5])]  # the block that ends at 1792, per group
+    runner._gdn_write_checkpoints()  # what sample_tokens ends its forwards with
+    assert "self._gdn_write_checkpoints()" in inspect.getsource(HPUModelRunner.sample_tokens)
+    cold_state = [[s.clone() for s in _slot_states(caches, t, i)] for t in range(TENSORS)
+                  for i in _indices(cold)]
+
+    gen_kv = torch.Generator().manual_seed(4)
+    for t in range(TENSORS):  # attention KV everywhere: the new GDN blocks' pages held another owner's KV
+        for c in caches[f"attn.{t}"][:2]:
+            _random_bits(c, gen_kv)
+    runner._gdn_copy_states([(cold, [3, 5])], to_pages=True)  # the checkpoints the hit will read, again
+    hit_gdn, attn = [[0, 3, 7], [0, 5, 8]], [1, 6, 9]
+    out = _step(new=[_new("hit", 3 * BLOCK, 2 * BLOCK, _block_ids(runner, hit_gdn, attn)),
+                     _new("miss", 500, 0, _block_ids(runner, [[10], [11]], [0])),
+                     _new("also", BLOCK, 0, _block_ids(runner, [[0], [0]], [0]))],
+                finished={"cold"}, scheduled={"hit": BLOCK, "miss": 500, "also": BLOCK})
+    runner.execute_model(out)
+    hit, miss = runner._gdn_req_to_base_slot["hit"], runner._gdn_req_to_base_slot["miss"]
+    assert hit == cold  # the slot the cold request left, zeroed then restored
+    # the hit checkpoints its third block; "also" ends a block on a null GDN block: nothing to write
+    assert runner._gdn_pending_checkpoints == [(hit, [7, 8])]
+    hit_state = [[s.clone() for s in _slot_states(caches, t, i)] for t in range(TENSORS)
+                 for i in _indices(hit)]
+    for got, want in zip(hit_state, cold_state, strict=True):
+        assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(got, want, strict=True))
+    for t in range(TENSORS):  # the miss starts from zeros
+        for i in _indices(miss):
+            assert all(torch.count_nonzero(s) == 0 for s in _slot_states(caches, t, i))
+        for c in caches[f"attn.{t}"][:2]:  # new GDN blocks' pages zeroed; the attention group's kept
+            assert all(torch.count_nonzero(c[block_rows(b, BLOCK)]) == 0 for b in (7, 8, 10, 11))
+            assert all(torch.count_nonzero(c[block_rows(b, BLOCK)]) > 0 for b in (1, 6, 9))
+
+    meta = _mamba_metadata(runner, "hit", 2 * BLOCK, BLOCK)
+    gdn_groups = sorted(runner._compact_gdn_group_ids)
+    assert meta.load_indices_tensor[gdn_groups].tolist() == [[i] for i in _indices(hit)]
+    assert torch.equal(meta.load_indices_tensor[gdn_groups], meta.store_indices_tensor[gdn_groups])
+    assert meta.has_initial_states_p.tolist() == [1]
+    for t in range(TENSORS):  # what the GDN layer reads as its initial SSM state: the cold run's at 1792
+        ssm = caches[f"gdn.0.{t}"][1]
+        for g, gid in enumerate(gdn_groups):
+            got = ssm[meta.load_indices_tensor[gid].long()][0]
+            assert torch.equal(got.view(torch.uint8), cold_state[t * GROUPS + g][1].view(torch.uint8))
+
+
+def test_a_27b_checkpoint_round_trips_bit_identical_through_the_runner_copies():
+    """Qwen3.5-27B's page (896 tokens, 4 KV heads x 256, bf16) and GDN state (bf16 conv, fp32 SSM
+    of 48 x 128 x 128): slot -> page -> another slot, every byte back."""
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
+
+    geo = recipe_model()["geometry"]
+    gdn = geo["gdn"]
+    shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(1, gdn["key_heads"], gdn["value_heads"],
+                                                                 gdn["key_head_dim"], gdn["value_head_dim"],
+                                                                 gdn["conv_kernel"])
+    layer = SimpleNamespace(state_shapes=lambda: list(shapes))
+    runner, caches = hybrid_caches(False, max_reqs=2, num_blocks=3, layer=layer, prefix_caching=True,
+                                   kv_heads=geo["kv_heads"], head_size=geo["head_dim"])
+    (_, _, _, segments), = runner._gdn_checkpoint_tensors
+    assert [s[0] for s in segments] == [0, 0, 1]  # conv and SSM head in K rows, the SSM tail in V rows
+    gen = torch.Generator().manual_seed(1)
+    a, b = runner._gdn_slot_free_list.pop(), runner._gdn_slot_free_list.pop()
+    states = caches["gdn.0.0"]
+    for s in states:
+        _random_bits(s, gen)
+    sent = [s[a + 1].clone() for s in states]  # one GDN group: index base slot + 1
+    runner._gdn_copy_states([(a, [2])], to_pages=True)
+    runner._gdn_zero_slot(a)
+    runner._gdn_copy_states([(b, [2])], to_pages=False)
+    back = [s[b + 1] for s in states]
+    assert all(torch.equal(x.view(torch.uint8), y.view(torch.uint8)) for x, y in zip(back, sent, strict=True))
