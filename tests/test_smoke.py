@@ -64,10 +64,11 @@ def test_judge_call(name, args, ok):
 
 
 def test_assemble_streamed_call():
-    chunks = [{"choices": [{"delta": {"content": "\n"}}]},
-              {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "get_weather", "arguments": ""}}]}}]},
-              {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}}]},
-              {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}}]}]
+    def call(**fn):
+        return {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": fn}]}}]}
+
+    chunks = [{"choices": [{"delta": {"content": "\n"}}]}, call(name="get_weather", arguments=""),
+              call(arguments='{"city": '), call(arguments='"Paris"}')]
     assert tools.assemble(chunks) == ("get_weather", '{"city": "Paris"}', "\n")
 
 
@@ -137,28 +138,26 @@ def test_result_files(tmp_path):
     assert not result.passed
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--url", "ftp://x"], "must be an http"), ([], "give the server"),
-    (["--url", "http://127.0.0.1:9", "--only", "nope"], "--only names no check")])
-def test_task_refuses_before_any_request(args, message):
+def invoke_smoke(*args: str):
     import subprocess
     import sys
 
     from cookbook.paths import ROOT
 
-    done = subprocess.run([sys.executable, "-m", "invoke", "smoke", *args, "--dry-run"], cwd=ROOT,
-                          capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return subprocess.run([sys.executable, "-m", "invoke", "smoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--url", "ftp://x"], "must be an http"), ([], "give the server"),
+    (["--url", "http://127.0.0.1:9", "--only", "nope"], "--only names no check")])
+def test_task_refuses_before_any_request(args, message):
+    done = invoke_smoke(*args, "--dry-run")
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_task_dry_run_lists_the_checks():
-    import subprocess
-    import sys
-
-    from cookbook.paths import ROOT
-
-    done = subprocess.run([sys.executable, "-m", "invoke", "smoke", "--url", "http://127.0.0.1:9", "--dry-run"],
-                          cwd=ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = invoke_smoke("--url", "http://127.0.0.1:9", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert "prefix-cache-identity" in done.stdout and "needle-cold" in done.stdout

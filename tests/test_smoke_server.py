@@ -14,7 +14,7 @@ from cookbook import smoke
 from cookbook.paths import ROOT
 
 from .breaking_proxy import breaking_proxy
-from .cpu_server import TEST_RECIPE, recipe_server, tiny_recipe, tiny_server  # noqa: F401 (fixture)
+from .cpu_server import TEST_RECIPE, recipe_server, tiny_recipe
 
 
 def statuses(result) -> dict[str, str]:
