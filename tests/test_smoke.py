@@ -150,7 +150,9 @@ def invoke_smoke(*args: str):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--url", "ftp://x"], "must be an http"), ([], "give the server"),
-    (["--url", "http://127.0.0.1:9", "--only", "nope"], "--only names no check")])
+    (["--url", "http://127.0.0.1:9", "--only", "nope"], "--only names no check"),
+    (["--url", "http://127.0.0.1:9", "--scale", "abc"], "--scale takes a number"),
+    (["--url", "http://127.0.0.1:9", "--scale", "-1"], "--scale must be positive")])
 def test_task_refuses_before_any_request(args, message):
     done = invoke_smoke(*args, "--dry-run")
     assert done.returncode == 2, done.stderr
@@ -161,3 +163,11 @@ def test_task_dry_run_lists_the_checks():
     done = invoke_smoke("--url", "http://127.0.0.1:9", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert "prefix-cache-identity" in done.stdout and "needle-cold" in done.stdout
+
+
+def test_task_says_when_no_server_answers(tmp_path):
+    from .cpu_server import free_port
+
+    done = invoke_smoke("--url", f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path))
+    assert done.returncode == 3, done.stderr
+    assert "no OpenAI-compatible server at" in done.stderr and "Traceback" not in done.stderr

@@ -146,12 +146,23 @@ def write(result: Result, out_dir: Path) -> None:
     (out_dir / "smoke.md").write_text(markdown(result))
 
 
-def task(recipe: str, url: str | None, scale: float, out: Path | None, only, dry_run: bool) -> Result | None:
+def parse_scale(text: str | None) -> float:
+    try:
+        scale = 1.0 if text is None else float(text)
+    except ValueError:
+        raise UsageError(f"--scale takes a number, not {text!r}") from None
+    if not 0 < scale <= 1e6:
+        raise UsageError(f"--scale must be positive, not {text}")
+    return scale
+
+
+def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only, dry_run: bool) -> Result | None:
     """`invoke smoke`: load the recipe, check the arguments, then run (or list, with dry_run) its checks."""
     from .. import progress, recipes
     from ..paths import ROOT
 
     loaded = recipes.load(recipe)
+    factor = parse_scale(scale)
     if not url:
         raise UsageError("give the server to check: --url http://HOST:PORT")
     if not url.startswith(("http://", "https://")):
@@ -162,7 +173,7 @@ def task(recipe: str, url: str | None, scale: float, out: Path | None, only, dry
         for line in plan(loaded, only):
             print("  " + line)
         return None
-    result = run(loaded, url, scale=scale, out_dir=out_dir, only=only, progress=progress.say)
+    result = run(loaded, url, scale=factor, out_dir=out_dir, only=only, progress=progress.say)
     print(markdown(result), end="")
     print(f"results: {out_dir / 'smoke.json'}")
     return result

@@ -11,7 +11,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from ..errors import CookbookError
+from ..errors import ENGINE_OR_NETWORK, CookbookError
 
 # Generous: a real model reasons at length, and a cold 244K-token prefill takes minutes.
 REQUEST_TIMEOUT_S = 900.0
@@ -19,6 +19,12 @@ REQUEST_TIMEOUT_S = 900.0
 
 class ServerError(CookbookError):
     """The server refused a request or did not answer."""
+
+
+class Unreachable(ServerError):
+    """No server answers at the URL at all: the network's move, not a failed check."""
+
+    exit_code = ENGINE_OR_NETWORK
 
 
 @dataclass
@@ -33,7 +39,11 @@ class Server:
     def connect(cls, url: str, timeout: float = REQUEST_TIMEOUT_S) -> Server:
         """The server and the model it serves (the first of /v1/models), with its context length."""
         server = cls(url.rstrip("/"), timeout=timeout)
-        models = server.get_json("/v1/models").get("data") or []
+        try:
+            models = server.get_json("/v1/models").get("data") or []
+        except ServerError as exc:
+            raise Unreachable(f"no OpenAI-compatible server at {server.url}: {exc}",
+                              hint="start the server first (or check --url)") from None
         if not models:
             raise ServerError(f"{server.url}/v1/models lists no model")
         server.model = models[0]["id"]
