@@ -33,6 +33,7 @@ def test_scaled_suite_passes(tiny_server, tmp_path):
     rows = {r["name"]: r for r in result.rows}
     assert "text-only" in rows["images-4"]["result"] or "no images" in rows["images-4"]["result"]
     assert rows["known-answers-concurrent"]["result"] == "32/32"
+    assert rows["health-after"]["result"] == "healthy, no restarts"
 
 
 def test_logit_bias_ignored_fails(tiny_server, tmp_path):
@@ -47,6 +48,13 @@ def test_death_after_prompt_logprobs_fails(tiny_server, tmp_path):
         result = smoke.run(tiny_recipe(), url, out_dir=tmp_path, only=["prompt-logprobs", "health"])
     assert statuses(result) == {"prompt-logprobs": "failed", "health-after": "failed"}
     assert "/health failed" in result.rows[0]["result"]
+
+
+def test_restarted_server_fails_health(tiny_server, tmp_path):
+    with breaking_proxy(tiny_server.url, restart_after_metrics=True) as url:
+        result = smoke.run(tiny_recipe(), url, out_dir=tmp_path, only=["health"])
+    assert statuses(result) == {"health-after": "failed"}
+    assert "restarted" in result.rows[0]["result"]
 
 
 def test_task_exits_1_on_a_failure_and_0_on_a_pass(tiny_server, tmp_path):

@@ -33,6 +33,7 @@ class Server:
     model: str = ""
     max_model_len: int = 0
     timeout: float = REQUEST_TIMEOUT_S
+    started: float | None = None  # the API server process's start time when we connected (/metrics)
     _lengths: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -50,7 +51,20 @@ class Server:
         server.max_model_len = int(models[0].get("max_model_len") or 0)
         if not server.max_model_len:
             raise ServerError(f"{server.url}/v1/models does not say the model's max_model_len (not a vLLM server?)")
+        server.started = server.start_time()
         return server
+
+    def start_time(self) -> float | None:
+        """The server process's start time (Prometheus' process_start_time_seconds), if /metrics says it."""
+        try:
+            with urllib.request.urlopen(self.url + "/metrics", timeout=30) as resp:
+                text = resp.read().decode(errors="replace")
+        except (urllib.error.URLError, OSError):
+            return None
+        for line in text.splitlines():
+            if line.startswith("process_start_time_seconds "):
+                return float(line.split()[1])
+        return None
 
     def _open(self, path: str, body: dict | None):
         data = None if body is None else json.dumps(body).encode()

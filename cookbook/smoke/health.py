@@ -1,4 +1,5 @@
-"""The server after everything: /health answers 200 and the model is still served."""
+"""The server after everything: /health answers 200, the model is still served, and the server process
+is the one the run started with (its start time in /metrics, where the server publishes one)."""
 
 from __future__ import annotations
 
@@ -16,4 +17,10 @@ def health(ctx: Context, params: dict) -> Outcome:
         return Outcome("failed", str(exc))
     if ctx.server.model not in models:
         return Outcome("failed", f"{ctx.server.model} is no longer served (models: {models})")
-    return Outcome("passed", "healthy")
+    if ctx.server.started is None:
+        return Outcome("passed", "healthy (restarts not visible: no process start time in /metrics)")
+    now = ctx.server.start_time()
+    if now != ctx.server.started:
+        return Outcome("failed", f"the server restarted during the run (process start time {ctx.server.started} "
+                                 f"then {now})")
+    return Outcome("passed", "healthy, no restarts")
