@@ -77,6 +77,8 @@ def tiny_model_dir() -> Path:
     if done.returncode:
         pytest.fail(f"training the tiny model failed (exit {done.returncode}); see {log}", pytrace=False)
     (partial / ".complete").touch()
+    if out.exists() and not (out / ".complete").is_file():  # left by an interrupted older run
+        shutil.rmtree(out, ignore_errors=True)
     try:
         partial.rename(out)
     except OSError:  # another session's model is there already: same inputs, same model
