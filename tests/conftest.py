@@ -145,3 +145,8 @@ def hostile_image(docker_engine, upstream_cache, made_images, tmp_path_factory):
                                repo=TEST_REPO)
     made_images.extend(built.tags)
     return built
+
+
+# The real vLLM CPU server of the tiny test model, one for the whole session (tests/cpu_server.py);
+# imported here so that every test module shares the one start.
+from .cpu_server import tiny_server  # noqa: E402, F401
