@@ -3,7 +3,8 @@ The stock release only warns that compact mode "does not support prefix caching"
 from whatever its slot holds. Patched, the runner refuses prefix caching without compact mode,
 checkpoints every GDN layer's slot state into its block's attention page when a step ends a block,
 restores the checkpoint of the last cached block into the slot of a request that starts after a
-hit, and zeroes a slot when it hands it to a request (fixes/gdn-prefix-cache/README.md).
+hit, zeroes a slot when it hands it to a request and the page of every block id new in a step,
+whatever its group (fixes/gdn-prefix-cache/README.md).
 
 Driven through the tree's own runner methods on CPU: `initialize_kv_cache` (tests/lab/_gdn_ckpt.py's
 `hybrid_caches`: only the set-up around the allocation stands in), `_update_states` and
@@ -208,7 +209,7 @@ def test_a_batch_with_hits_and_misses_restores_the_hits_and_checkpoints_every_bl
                   for i in _indices(cold)]
 
     gen_kv = torch.Generator().manual_seed(4)
-    for t in range(TENSORS):  # attention KV everywhere: the new GDN blocks' pages held another owner's KV
+    for t in range(TENSORS):  # attention KV everywhere: the new blocks' pages held another owner's bytes
         for c in caches[f"attn.{t}"][:2]:
             _random_bits(c, gen_kv)
     runner._gdn_copy_states([(cold, [3, 5])], to_pages=True)  # the checkpoints the hit will read, again
