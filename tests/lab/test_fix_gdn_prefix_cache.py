@@ -3,7 +3,8 @@ The stock release only warns that compact mode "does not support prefix caching"
 from whatever its slot holds. Patched, the runner refuses prefix caching without compact mode,
 checkpoints every GDN layer's slot state into its block's attention page when a step ends a block,
 restores the checkpoint of the last cached block into the slot of a request that starts after a
-hit, and zeroes a slot when it hands it to a request (fixes/gdn-prefix-cache/README.md).
+hit, zeroes a slot when it hands it to a request and the page of every block id new in a step,
+whatever its group (fixes/gdn-prefix-cache/README.md).
 
 Driven through the tree's own runner methods on CPU: `initialize_kv_cache` (tests/lab/_gdn_ckpt.py's
 `hybrid_caches`: only the set-up around the allocation stands in), `_update_states` and
@@ -21,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import vllm_gaudi.v1.worker.hpu_model_runner as hmr
-from _gdn_ckpt import KERNEL_BLOCK, block_rows, hybrid_caches, load_checkpoint, recipe_model
+from _gdn_ckpt import KERNEL_BLOCK, block_rows, hybrid_caches, load_checkpoint, recipe_model, store_checkpoint
 from _step import point_h2d_at_cpu
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
@@ -84,10 +85,17 @@ def _new(req_id, prompt_len, computed, block_ids):
                           num_computed_tokens=computed, lora_request=None)
 
 
-def _step(new=(), finished=(), scheduled=None):
-    """A SchedulerOutput of new requests (each scheduled for `scheduled[req_id]` tokens)."""
+def _running(req_id, computed, new_block_ids):
+    """A running request's next chunk, with its new block ids per group (appended to its table)."""
+    return CachedRequestData(req_ids=[req_id], resumed_req_ids=set(), new_token_ids=[[]], all_token_ids={},
+                             new_block_ids=[new_block_ids], num_computed_tokens=[computed], num_output_tokens=[0])
+
+
+def _step(new=(), finished=(), scheduled=None, running=None):
+    """A SchedulerOutput of new requests and `running` ones (each scheduled for `scheduled[req_id]` tokens)."""
     scheduled = scheduled or {}
-    return SchedulerOutput(scheduled_new_reqs=list(new), scheduled_cached_reqs=CachedRequestData.make_empty(),
+    running = running or CachedRequestData.make_empty()
+    return SchedulerOutput(scheduled_new_reqs=list(new), scheduled_cached_reqs=running,
                            num_scheduled_tokens=dict(scheduled), total_num_scheduled_tokens=sum(scheduled.values()),
                            scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={},
                            num_common_prefix_blocks=[0] * (GROUPS + 1), finished_req_ids=set(finished),
@@ -185,7 +193,7 @@ def test_a_batch_with_hits_and_misses_restores_the_hits_and_checkpoints_every_bl
     its first 2 blocks (vLLM gives the GDN groups null blocks, then the cached last block), "miss" a
     new prompt that ends mid-block, "also" one that ends a block: the hit gets the cold request's
     state at token 1792 in its slot before anything runs, and its prefill starts from it; the pages
-    of the GDN blocks new in this step are zeroed."""
+    of the blocks new in this step are zeroed, in every group, and the cached blocks' KV is kept."""
     runner, caches = hybrid_caches(True, num_blocks=12, gdn_groups=GROUPS, tensors=TENSORS, prefix_caching=True)
     stepping(runner)
     cold_gdn = [[2, 3], [4, 5]]
@@ -201,7 +209,7 @@ def test_a_batch_with_hits_and_misses_restores_the_hits_and_checkpoints_every_bl
                   for i in _indices(cold)]
 
     gen_kv = torch.Generator().manual_seed(4)
-    for t in range(TENSORS):  # attention KV everywhere: the new GDN blocks' pages held another owner's KV
+    for t in range(TENSORS):  # attention KV everywhere: the new blocks' pages held another owner's bytes
         for c in caches[f"attn.{t}"][:2]:
             _random_bits(c, gen_kv)
     runner._gdn_copy_states([(cold, [3, 5])], to_pages=True)  # the checkpoints the hit will read, again
@@ -222,9 +230,10 @@ def test_a_batch_with_hits_and_misses_restores_the_hits_and_checkpoints_every_bl
     for t in range(TENSORS):  # the miss starts from zeros
         for i in _indices(miss):
             assert all(torch.count_nonzero(s) == 0 for s in _slot_states(caches, t, i))
-        for c in caches[f"attn.{t}"][:2]:  # new GDN blocks' pages zeroed; the attention group's kept
-            assert all(torch.count_nonzero(c[block_rows(b, BLOCK)]) == 0 for b in (7, 8, 10, 11))
-            assert all(torch.count_nonzero(c[block_rows(b, BLOCK)]) > 0 for b in (1, 6, 9))
+        for c in caches[f"attn.{t}"][:2]:  # new blocks' pages zeroed (9: the hit's attention block past
+            # its hit); the hit's cached attention blocks keep their KV
+            assert all(torch.count_nonzero(c[block_rows(b, BLOCK)]) == 0 for b in (7, 8, 9, 10, 11))
+            assert all(torch.count_nonzero(c[block_rows(b, BLOCK)]) > 0 for b in (1, 6))
 
     meta = _mamba_metadata(runner, "hit", 2 * BLOCK, BLOCK)
     gdn_groups = sorted(runner._compact_gdn_group_ids)
@@ -236,6 +245,42 @@ def test_a_batch_with_hits_and_misses_restores_the_hits_and_checkpoints_every_bl
         for g, gid in enumerate(gdn_groups):
             got = ssm[meta.load_indices_tensor[gid].long()][0]
             assert torch.equal(got.view(torch.uint8), cold_state[t * GROUPS + g][1].view(torch.uint8))
+
+
+def test_a_block_id_that_held_a_checkpoint_is_zeroed_before_the_attention_group_uses_it(stepping):
+    """Block ids 5 and 6 held GDN checkpoints (float32 state bytes, some NaN/Inf read as bf16) and
+    were evicted; the attention group gets 5 for a new request's first chunk and 6 for its next one.
+    HPU decode attention scores every row of a block and masks the rows past the context with a
+    bias, which a NaN survives: each page is zeroed before the step that first uses it runs, and the
+    KV the request wrote into block 5 is kept the step after."""
+    runner, caches = hybrid_caches(True, num_blocks=8, gdn_groups=GROUPS, tensors=TENSORS, prefix_caching=True)
+    stepping(runner)
+    gen = torch.Generator().manual_seed(3)
+    for t in range(TENSORS):
+        k, v = caches[f"attn.{t}"][:2]
+        for g, block in enumerate((5, 6)):  # the checkpoint of GDN layer (g, t), laid out as the design's
+            state = [torch.empty_like(s[0]) for s in caches[f"gdn.{g}.{t}"]]
+            for s in state:
+                _random_bits(s, gen)
+            store_checkpoint(state, k[block_rows(block, BLOCK)], v[block_rows(block, BLOCK)])
+    pages = [c[block_rows(b, BLOCK)] for t in range(TENSORS) for c in caches[f"attn.{t}"][:2] for b in (5, 6)]
+    assert not all(torch.isfinite(p).all() for p in pages)  # what decode attention would score
+
+    runner.execute_model(_step(new=[_new("a", 1000, 0, _block_ids(runner, [[2], [3]], [5]))], scheduled={"a": BLOCK}))
+    for t in range(TENSORS):
+        for c in caches[f"attn.{t}"][:2]:
+            assert torch.count_nonzero(c[block_rows(5, BLOCK)]) == 0
+            _random_bits(c[block_rows(5, BLOCK)], gen)  # the chunk's forward wrote a's KV
+    written = [c[block_rows(5, BLOCK)].clone() for t in range(TENSORS) for c in caches[f"attn.{t}"][:2]]
+
+    running = _running("a", BLOCK, _block_ids(runner, [[4], [7]], [6]))
+    runner.execute_model(_step(running=running, scheduled={"a": 1000 - BLOCK}))
+    assert runner.requests["a"].block_ids == _block_ids(runner, [[2, 4], [3, 7]], [5, 6])
+    for t in range(TENSORS):
+        for c in caches[f"attn.{t}"][:2]:
+            assert torch.count_nonzero(c[block_rows(6, BLOCK)]) == 0
+    kept = [c[block_rows(5, BLOCK)] for t in range(TENSORS) for c in caches[f"attn.{t}"][:2]]
+    assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(kept, written, strict=True))
 
 
 def test_a_27b_checkpoint_round_trips_bit_identical_through_the_runner_copies():
