@@ -39,10 +39,14 @@ TEXT_CONFIG = dict(
     linear_conv_kernel_dim=4, max_position_embeddings=8192, rms_norm_eps=1e-6,
     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
                      "mrope_section": [2, 1, 1], "mrope_interleaved": True},
-    mamba_ssm_dtype="float32", tie_word_embeddings=False, eos_token_id=0,
+    mamba_ssm_dtype="float32", tie_word_embeddings=False, initializer_range=0.1,
 )
 VISION_CONFIG = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
                      patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
+# A trained GDN layer remembers over thousands of tokens; transformers' random init decays its state
+# within a few (A up to 16, dt bias 1), which would hide any wrong state. Slow decays instead: per
+# token exp(-A * softplus(dt)) between about 0.9995 and 0.99998.
+GDN_MEMORY = {"A": (0.01, 0.2), "dt_bias": -4.0}
 DTYPE = "bfloat16"  # the HPU platform runs float32 models in bfloat16: the weights are stored so
 
 
@@ -55,7 +59,7 @@ def cache_root() -> Path:
 def recipe_key() -> str:
     import transformers
 
-    recipe = {"text": TEXT_CONFIG, "vision": VISION_CONFIG, "dtype": DTYPE, "seed": SEED,
+    recipe = {"text": TEXT_CONFIG, "vision": VISION_CONFIG, "dtype": DTYPE, "seed": SEED, "gdn": GDN_MEMORY,
               "transformers": transformers.__version__, "tokenizer": "byte-level v1"}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -73,7 +77,14 @@ def tiny_qwen35() -> Path:
     config = Qwen3_5Config(text_config=dict(TEXT_CONFIG), vision_config=dict(VISION_CONFIG),
                            architectures=["Qwen3_5ForConditionalGeneration"], tie_word_embeddings=False)
     torch.manual_seed(SEED)
-    model = Qwen3_5ForConditionalGeneration(config).to(getattr(torch, DTYPE))
+    model = Qwen3_5ForConditionalGeneration(config)
+    with torch.no_grad():
+        for layer in model.model.language_model.layers:
+            if hasattr(layer, "linear_attn"):
+                gdn = layer.linear_attn
+                gdn.A_log.copy_(torch.empty_like(gdn.A_log).uniform_(*GDN_MEMORY["A"]).log())
+                gdn.dt_bias.fill_(GDN_MEMORY["dt_bias"])
+    model = model.to(getattr(torch, DTYPE))
     model.save_pretrained(part)
     byte_tokenizer().save_pretrained(part)
     (part / ".complete").touch()
@@ -182,25 +193,107 @@ ENV = {
 }
 
 
-@contextlib.contextmanager
-def engine(model_dir: Path, *, num_blocks: int = 64, max_model_len: int = 4096, prefix_caching: bool = True,
-           env: dict | None = None, **kwargs):
-    """`vllm.LLM` on the tree's HpuPlatform, engine core in this process; shut down on exit."""
-    saved = dict(os.environ)
-    os.environ.update(ENV | (env or {}))
-    llm = None
-    try:
-        with torchvision_names(), HpuOnCpu():
+class Engine:
+    """`vllm.LLM` on the tree's HpuPlatform, engine core in this process. The CPU set-up (environment,
+    device mapping, torchvision names) is in force only while it starts and while it generates, so
+    the lab's other tests in the same process never run under it."""
+
+    def __init__(self, model_dir: Path, *, num_blocks: int = 64, max_model_len: int = 4096,
+                 prefix_caching: bool = True, env: dict | None = None, **kwargs):
+        self.env = ENV | (env or {})
+        with self._cpu():
             register_qwen35()
             from vllm import LLM
 
-            llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=DTYPE, enforce_eager=True,
-                      max_model_len=max_model_len, max_num_seqs=2, max_num_batched_tokens=2 * BLOCK,
-                      num_gpu_blocks_override=num_blocks, enable_prefix_caching=prefix_caching,
-                      language_model_only=True, seed=SEED, **kwargs)
-            yield llm
+            self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=DTYPE, enforce_eager=True,
+                           max_model_len=max_model_len, max_num_seqs=2, max_num_batched_tokens=2 * BLOCK,
+                           num_gpu_blocks_override=num_blocks, enable_prefix_caching=prefix_caching,
+                           language_model_only=True, seed=SEED, **kwargs)
+
+    @contextlib.contextmanager
+    def _cpu(self):
+        saved = dict(os.environ)
+        os.environ.update(self.env)
+        try:
+            with torchvision_names(), HpuOnCpu():
+                yield
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    def generate(self, prompt_ids: list[int], salt: str, max_tokens: int = 6):
+        """One greedy request (top-2 logprobs); `salt` keys its blocks: a new salt is a cold run."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=max_tokens, temperature=0, logprobs=2, ignore_eos=True)
+        with self._cpu():
+            return self.llm.generate([{"prompt_token_ids": prompt_ids, "cache_salt": salt}], params,
+                                     use_tqdm=False)[0]
+
+    @property
+    def vllm_config(self):
+        return self.llm.llm_engine.vllm_config
+
+    def close(self):
+        with self._cpu():
+            self.llm.llm_engine.engine_core.shutdown()
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+            cleanup_dist_env_and_memory()
+
+
+@contextlib.contextmanager
+def engine(model_dir: Path, **kwargs):
+    e = Engine(model_dir, **kwargs)
+    try:
+        yield e
     finally:
-        if llm is not None:
-            llm.llm_engine.engine_core.shutdown()
-        os.environ.clear()
-        os.environ.update(saved)
+        e.close()
+
+
+def prompt(seed: int, length: int) -> list[int]:
+    """Token ids of the byte alphabet (the tokenizer's first 256), reproducible from a seed."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, 256, (length,), generator=g).tolist()
+
+
+class Reference:
+    """transformers' own model on the same weights, in float32: per generated token, its logprob,
+    the reference's greedy choice and the top-2 margin, teacher-forced along the engine's tokens (one
+    forward pass; a near-tie the engine broke the other way does not derail the steps after it)."""
+
+    def __init__(self, model_dir: Path):
+        from transformers import Qwen3_5ForConditionalGeneration
+
+        self.model = Qwen3_5ForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+    @torch.no_grad()
+    def steps(self, prompt_ids: list[int], tokens: list[int]) -> list[dict]:
+        ids = torch.tensor([prompt_ids + tokens[:-1]])
+        logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1:].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        top = logp.topk(2, dim=-1)
+        return [{"token": t, "logprob": logp[i, t].item(), "top1": top.indices[i, 0].item(),
+                 "margin": (top.values[i, 0] - top.values[i, 1]).item()} for i, t in enumerate(tokens)]
+
+
+def generated(output) -> list[dict]:
+    """Per generated token of a vLLM RequestOutput: token, logprob, the engine's top-2 margin."""
+    comp = output.outputs[0]
+    out = []
+    for t, lp in zip(comp.token_ids, comp.logprobs):
+        ranked = sorted(lp.values(), key=lambda x: x.rank)
+        out.append({"token": t, "logprob": lp[t].logprob, "margin": ranked[0].logprob - ranked[1].logprob})
+    return out
+
+
+def disagreements(engine_steps: list[dict], ref_steps: list[dict], tol: float) -> list[str]:
+    """Where the engine's greedy tokens are not the reference's: a token that is not the reference's
+    choice unless the reference's top two are within `tol`, or a logprob further than `tol` away."""
+    bad = []
+    for i, (e, r) in enumerate(zip(engine_steps, ref_steps)):
+        if e["token"] != r["top1"] and r["margin"] > tol:
+            bad.append(f"step {i}: token {e['token']}, reference {r['top1']} by a margin of {r['margin']:.3f}")
+        if abs(e["logprob"] - r["logprob"]) > tol:
+            bad.append(f"step {i}: logprob {e['logprob']:.4f}, reference {r['logprob']:.4f}")
+    return bad

@@ -33,3 +33,27 @@ def patched(tree) -> bool:
     """Whether the tree carries the fix pack (its fix record). Tests must not branch on it to pass;
     it is for messages only."""
     return (tree / "fix-record.json").is_file()
+
+
+@pytest.fixture(scope="session")
+def qwen35_dir():
+    """The tiny Qwen3.5 hybrid (3 GDN layers, 1 attention layer) of tests/lab/_engine.py."""
+    import _engine
+
+    return _engine.tiny_qwen35()
+
+
+@pytest.fixture(scope="session")
+def qwen35_engine(qwen35_dir):
+    """The release's engine on the CPU with prefix caching on, shared by the end-to-end modules."""
+    import _engine
+
+    with _engine.engine(qwen35_dir) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def qwen35_reference(qwen35_dir):
+    import _engine
+
+    return _engine.Reference(qwen35_dir)
