@@ -5,13 +5,13 @@ chunks that end on block boundaries, gives transformers' greedy tokens and logpr
 
 The engine is bf16 (the HPU platform runs float32 models in bf16) and the reference float32, so
 tokens and logprobs are compared with a tolerance: `TOL` on each logprob, and a token may differ only
-where the reference's top two are within `TOL` (measured: at most 0.02 apart)."""
+where the reference's top two are within `TOL` (measured: at most 0.08 apart, both trees)."""
 
 import pytest
 
 import _engine
 
-TOL = 0.05
+TOL = 0.1
 
 
 def test_the_engine_derives_a_hybrid_block_of_whole_kernel_blocks(qwen35_engine):
