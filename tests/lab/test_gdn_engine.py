@@ -11,7 +11,7 @@ import pytest
 
 import _engine
 
-TOL = 0.1
+TOL = _engine.TOL
 
 
 def test_the_engine_derives_a_hybrid_block_of_whole_kernel_blocks(qwen35_engine):
