@@ -1,8 +1,8 @@
 """The fix lab's pytest root. It runs in the lab's own environment (scripts/fix-lab.sh), never in
 the project's .venv: `cookbook.fix_lab.run` starts it with a release tree (pristine or patched) first
-on PYTHONPATH, the Gaudi stubs after it and `-p lab_stubs`. Each `test_fix_<name>.py` proves one fix:
-every test in it fails on the pristine tree and passes on the patched one (tests/test_fix_lab.py
-holds the lab to that). Run by hand:
+on PYTHONPATH, the Gaudi stubs after it and `-p lab_stubs`. Each `test_fix_<name>.py` (and its
+end-to-end companion `test_fix_<name>_engine.py`) proves one fix: every test in it fails on the
+pristine tree and passes on the patched one (tests/test_fix_lab.py holds the lab to that). Run by hand:
 
     cd tests/lab && PYTHONPATH=<tree>:stubs COOKBOOK_LAB_TREE=<tree> VLLM_USE_FAKE_HPU=1 \\
         $(../../scripts/fix-lab.sh --print)/bin/python -m pytest -p lab_stubs
