@@ -5,15 +5,17 @@
 `mamba_ssm_dtype: float32` as the real Qwen3.5 config has it, and a byte-level tokenizer made
 in-process. It is cached under ~/.cache/gaudi-cookbook/lab-models/ by a hash of its recipe.
 
-Its geometry mirrors the 27B's block arithmetic in miniature: one GDN layer's state (fp32 conv and SSM)
-is 37,376 B, more than one 128-token attention page (1 KV head x 32 x fp32, K and V: 32,768 B) and
-less than two, so vLLM's page unification lifts the hybrid block to 256 tokens (2 kernel blocks of
-128; the 27B gets 896, 7 of them). `BLOCK` is that figure; `test_the_engine_derives_the_block` checks
-vLLM derives it.
+Its geometry mirrors the 27B's block arithmetic in miniature: one GDN layer's state (bf16 conv
+state, 256 channels x 3, and float32 SSM state, 4 heads x 32 x 32) is 17,920 B, more than one
+128-token attention page (1 KV head x 32 x bf16, K and V: 16,384 B) and less than two, so vLLM's page
+unification lifts the hybrid block to 256 tokens, 2 kernel blocks of 128 (the 27B gets 896, 7 of
+them), and the engine's chunks of 512 tokens end on block boundaries. `BLOCK` is that figure;
+test_gdn_engine.py checks vLLM derives it.
 
-`engine` starts `vllm.LLM` on the tree's `HpuPlatform` under upstream's `VLLM_USE_FAKE_HPU=1`:
+`Engine` starts `vllm.LLM` on the tree's `HpuPlatform` under upstream's `VLLM_USE_FAKE_HPU=1`:
 enforce_eager, the engine core in-process, the tree's plain prompt attention
-(`VLLM_PROMPT_USE_FUSEDSDPA=0`), a fixed number of KV blocks, chunks of two blocks.
+(`VLLM_PROMPT_USE_FUSEDSDPA=0`), a fixed number of KV blocks, chunks of two blocks. `Reference` is
+transformers' greedy output on the same weights.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ VISION_CONFIG = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
 # within a few (A up to 16, dt bias 1), which would hide any wrong state. Slow decays instead: per
 # token exp(-A * softplus(dt)) between about 0.9995 and 0.99998.
 GDN_MEMORY = {"A": (0.01, 0.2), "dt_bias": -4.0}
-DTYPE = "bfloat16"  # the HPU platform runs float32 models in bfloat16: the weights are stored so
+DTYPE = "bfloat16"  # what the HPU platform runs (it turns float32 into bf16); the reference upcasts
 
 
 def cache_root() -> Path:
