@@ -222,6 +222,11 @@ class Engine:
         finally:
             os.environ.clear()
             os.environ.update(saved)
+            # The engine core caches vLLM's environment reads once it starts; later tests must
+            # read their own environment.
+            import vllm.envs
+
+            vllm.envs.disable_envs_cache()
 
     def generate(self, prompt_ids: list[int], salt: str, max_tokens: int = 6):
         """One greedy request (top-2 logprobs); `salt` keys its blocks: a new salt is a cold run."""

@@ -43,9 +43,9 @@ def qwen35_dir():
     return _engine.tiny_qwen35()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def qwen35_engine(qwen35_dir):
-    """The release's engine on the CPU with prefix caching on, shared by the end-to-end modules."""
+    """The release's engine on the CPU with prefix caching on, for one module's tests."""
     import _engine
 
     with _engine.engine(qwen35_dir) as engine:

@@ -3,6 +3,9 @@ Qwen3.5 hybrid, prefix caching on. A request that hits a shared prefix of whole 
 request dirtied the GDN slot, gives the tokens and logprobs of the same prompt run cold and of
 transformers' reference. On the stock tree the hit resumes from the slot's last owner and diverges.
 
+The pool is small (24 blocks), so later cases get blocks that held earlier cases' checkpoints, for
+the attention group as well as for the GDN groups: a page must carry nothing of its previous owner.
+
 Without compact GDN slots the fix refuses prefix caching; the stock tree serves it, and then even a
 cold chunked run is wrong (each chunk's state store overwrites the block it resumed from)."""
 
@@ -12,6 +15,13 @@ import _engine
 
 TOL = _engine.TOL
 B = _engine.BLOCK
+POOL = 24  # blocks; the cases below cycle it
+
+
+@pytest.fixture(scope="module")
+def qwen35_engine(qwen35_dir):
+    with _engine.engine(qwen35_dir, num_blocks=POOL) as engine:
+        yield engine
 
 
 def _check(engine, reference, ids, out, what):
