@@ -71,9 +71,8 @@ def tiny_qwen35() -> Path:
     dest = cache_root() / f"qwen35-tiny-{recipe_key()}"
     if (dest / ".complete").is_file():
         return dest
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
-
     from _byte_tokens import byte_tokenizer
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     part = dest.with_name(dest.name + f".partial-{os.getpid()}")
     config = Qwen3_5Config(text_config=dict(TEXT_CONFIG), vision_config=dict(VISION_CONFIG),
@@ -120,7 +119,7 @@ def torchvision_names():
         m.__spec__ = importlib.machinery.ModuleSpec(n, None)
     mods["torchvision.transforms.v2.functional"].InterpolationMode = enum.Enum(
         "InterpolationMode", "NEAREST BILINEAR BICUBIC")
-    for parent, child in zip(TORCHVISION, TORCHVISION[1:]):
+    for parent, child in zip(TORCHVISION, TORCHVISION[1:], strict=False):
         setattr(mods[parent], child.rsplit(".", 1)[1], mods[child])
     sys.modules.update(mods)
     try:
@@ -288,7 +287,7 @@ def generated(output) -> list[dict]:
     """Per generated token of a vLLM RequestOutput: token, logprob, the engine's top-2 margin."""
     comp = output.outputs[0]
     out = []
-    for t, lp in zip(comp.token_ids, comp.logprobs):
+    for t, lp in zip(comp.token_ids, comp.logprobs, strict=True):
         ranked = sorted(lp.values(), key=lambda x: x.rank)
         out.append({"token": t, "logprob": lp[t].logprob, "margin": ranked[0].logprob - ranked[1].logprob})
     return out
@@ -303,7 +302,7 @@ def disagreements(engine_steps: list[dict], ref_steps: list[dict], tol: float) -
     """Where the engine's greedy tokens are not the reference's: a token that is not the reference's
     choice unless the reference's top two are within `tol`, or a logprob further than `tol` away."""
     bad = []
-    for i, (e, r) in enumerate(zip(engine_steps, ref_steps)):
+    for i, (e, r) in enumerate(zip(engine_steps, ref_steps, strict=True)):
         if e["token"] != r["top1"] and r["margin"] > tol:
             bad.append(f"step {i}: token {e['token']}, reference {r['top1']} by a margin of {r['margin']:.3f}")
         if abs(e["logprob"] - r["logprob"]) > tol:

@@ -21,9 +21,8 @@ import statistics
 import sys
 import time
 
-import lab_stubs  # noqa: F401  (torch.hpu, as the lab's pytest plugin puts it)
-
 import _engine
+import lab_stubs  # noqa: F401  (torch.hpu, as the lab's pytest plugin puts it)
 
 
 def timed(engine, ids, salt):

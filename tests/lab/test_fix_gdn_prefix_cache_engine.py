@@ -9,9 +9,8 @@ the attention group as well as for the GDN groups: a page must carry nothing of 
 Without compact GDN slots the fix refuses prefix caching; the stock tree serves it, and then even a
 cold chunked run is wrong (each chunk's state store overwrites the block it resumed from)."""
 
-import pytest
-
 import _engine
+import pytest
 
 TOL = _engine.TOL
 B = _engine.BLOCK
@@ -44,7 +43,7 @@ def test_a_hit_on_a_shared_prefix_gives_the_cold_runs_tokens(qwen35_engine, qwen
     assert (cold.num_cached_tokens, other.num_cached_tokens, hit.num_cached_tokens) == (0, 0, prefix_blocks * B)
     h, c = _engine.generated(hit), _engine.generated(cold)
     diverged = [f"step {i}: hit {x['token']} ({x['logprob']:.4f}), cold {y['token']} ({y['logprob']:.4f})"
-                for i, (x, y) in enumerate(zip(h, c))
+                for i, (x, y) in enumerate(zip(h, c, strict=True))
                 if x["token"] != y["token"] or abs(x["logprob"] - y["logprob"]) > TOL]
     assert not diverged, f"hit on {prefix_blocks * B} cached tokens against cold: " + "; ".join(diverged)
     _check(qwen35_engine, qwen35_reference, ids, cold, "cold")

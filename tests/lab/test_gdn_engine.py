@@ -7,9 +7,8 @@ The engine is bf16 (the HPU platform runs float32 models in bf16) and the refere
 tokens and logprobs are compared with a tolerance: `TOL` on each logprob, and a token may differ only
 where the reference's top two are within `TOL` (measured: at most 0.08 apart, both trees)."""
 
-import pytest
-
 import _engine
+import pytest
 
 TOL = _engine.TOL
 
