@@ -39,13 +39,25 @@ class LabError(CookbookError):
     """The fix lab's environment or a tree is missing or cannot be made."""
 
 
+# A fix may also have an end-to-end module, `test_fix_<name>_engine.py` (the release's engine run on
+# the CPU), held to the same rule as its own module.
+ENGINE_SUFFIX = "_engine"
+
+
 def module_for(fix: str) -> Path:
     return LAB_TESTS / f"test_fix_{fix.replace('-', '_')}.py"
 
 
+def modules_for(fix: str) -> list[Path]:
+    """The fix's lab modules that exist: its own, then its end-to-end one."""
+    own = module_for(fix)
+    return [p for p in (own, own.with_name(own.stem + ENGINE_SUFFIX + ".py")) if p.is_file()]
+
+
 def fix_of(module: str) -> str | None:
-    """`test_fix_prompt_order` -> `prompt-order`; None for the lab's other modules."""
-    stem = Path(module).stem
+    """`test_fix_prompt_order` and `test_fix_prompt_order_engine` -> `prompt-order`; None for the lab's
+    other modules."""
+    stem = Path(module).stem.removesuffix(ENGINE_SUFFIX)
     return stem[len("test_fix_"):].replace("_", "-") if stem.startswith("test_fix_") else None
 
 
@@ -232,7 +244,7 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
     """`invoke fixes.lab`: both trees, the lab's tests on each, and (optionally) upstream's unit tests
     that pass on the pristine release run on the patched one."""
     names = only or written_fixes(profile_name, fixes_dir)
-    targets = [str(module_for(n).relative_to(LAB_TESTS)) for n in names if module_for(n).is_file()]
+    targets = [str(m.relative_to(LAB_TESTS)) for n in names for m in modules_for(n)]
     if dry_run:
         print(f"lay out the pristine and the patched release trees in {keep or 'a temporary folder'}")
         print(f"{environment()}/bin/python -m pytest -p lab_stubs {' '.join(targets)}  (on each tree)")

@@ -37,13 +37,23 @@ def report(lab_env, tmp_path_factory):
 @pytest.mark.parametrize("module, fix", [
     ("test_fix_prompt_order.py", "prompt-order"),
     ("tests/lab/test_fix_gather_logprobs_int32.py", "gather-logprobs-int32"),
+    ("test_fix_gdn_prefix_cache_engine.py", "gdn-prefix-cache"),
     ("test_lab.py", None),
     ("test_fixture.py", None),
 ])
 def test_fix_of_maps_a_lab_module_to_its_fix(module, fix):
     assert fix_lab.fix_of(module) == fix
-    if fix:
+    if fix and not module.endswith(fix_lab.ENGINE_SUFFIX + ".py"):
         assert fix_lab.module_for(fix).name == module.rsplit("/", 1)[-1]
+
+
+def test_modules_for_lists_a_fixs_own_module_then_its_end_to_end_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(fix_lab, "LAB_TESTS", tmp_path)
+    assert fix_lab.modules_for("gdn-prefix-cache") == []
+    for name in ("test_fix_gdn_prefix_cache_engine.py", "test_fix_gdn_prefix_cache.py", "test_fix_gdn_other.py"):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in fix_lab.modules_for("gdn-prefix-cache")] == [
+        "test_fix_gdn_prefix_cache.py", "test_fix_gdn_prefix_cache_engine.py"]
 
 
 def test_parse_junit_reads_each_outcome(tmp_path):

@@ -1,8 +1,8 @@
 """The fix lab's pytest root. It runs in the lab's own environment (scripts/fix-lab.sh), never in
 the project's .venv: `cookbook.fix_lab.run` starts it with a release tree (pristine or patched) first
-on PYTHONPATH, the Gaudi stubs after it and `-p lab_stubs`. Each `test_fix_<name>.py` proves one fix:
-every test in it fails on the pristine tree and passes on the patched one (tests/test_fix_lab.py
-holds the lab to that). Run by hand:
+on PYTHONPATH, the Gaudi stubs after it and `-p lab_stubs`. Each `test_fix_<name>.py` (and its
+end-to-end companion `test_fix_<name>_engine.py`) proves one fix: every test in it fails on the
+pristine tree and passes on the patched one (tests/test_fix_lab.py holds the lab to that). Run by hand:
 
     cd tests/lab && PYTHONPATH=<tree>:stubs COOKBOOK_LAB_TREE=<tree> VLLM_USE_FAKE_HPU=1 \\
         $(../../scripts/fix-lab.sh --print)/bin/python -m pytest -p lab_stubs
@@ -33,3 +33,27 @@ def patched(tree) -> bool:
     """Whether the tree carries the fix pack (its fix record). Tests must not branch on it to pass;
     it is for messages only."""
     return (tree / "fix-record.json").is_file()
+
+
+@pytest.fixture(scope="session")
+def qwen35_dir():
+    """The tiny Qwen3.5 hybrid (3 GDN layers, 1 attention layer) of tests/lab/_engine.py."""
+    import _engine
+
+    return _engine.tiny_qwen35()
+
+
+@pytest.fixture(scope="module")
+def qwen35_engine(qwen35_dir):
+    """The release's engine on the CPU with prefix caching on, for one module's tests."""
+    import _engine
+
+    with _engine.engine(qwen35_dir) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def qwen35_reference(qwen35_dir):
+    import _engine
+
+    return _engine.Reference(qwen35_dir)

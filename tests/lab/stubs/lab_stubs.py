@@ -51,6 +51,7 @@ def _install():
     hpu.synchronize = lambda *a, **k: None
     hpu.is_available = lambda: False
     hpu.device_count = lambda: 0
+    hpu.current_device = lambda: 0  # an index, as the bridge gives it
     hpu.mem_get_info = lambda *a, **k: (16 << 30, 16 << 30)
     hpu.random = types.SimpleNamespace(manual_seed_all=lambda seed: None)
     torch.hpu = hpu

@@ -1,6 +1,9 @@
-"""Stand-in for `habana_frameworks.torch.hpex.kernels`: names vllm-gaudi imports, none usable."""
+"""Stand-in for `habana_frameworks.torch.hpex.kernels`: names vllm-gaudi imports; the rotary
+embedding has a CPU stand-in, the others raise."""
 
 import enum
+
+import torch
 
 
 class RotaryPosEmbeddingMode(enum.IntEnum):
@@ -16,7 +19,18 @@ def _absent(name):
     return kernel
 
 
-apply_rotary_pos_emb = _absent("apply_rotary_pos_emb")
+def apply_rotary_pos_emb(p, cos, sin, position_ids=None, offset=0, mode=RotaryPosEmbeddingMode.BLOCKWISE):
+    """The Gaudi kernel's contract as vllm-gaudi calls it (position_ids None, offset 0; cos and sin
+    already expanded to p's last dimension): BLOCKWISE rotates the two halves (GPT-NeoX), PAIRWISE
+    each even/odd pair (GPT-J)."""
+    if position_ids is not None or offset:
+        raise NotImplementedError("apply_rotary_pos_emb: only position_ids=None, offset=0 stand in on the CPU")
+    if mode == RotaryPosEmbeddingMode.BLOCKWISE:
+        x1, x2 = p.chunk(2, dim=-1)
+        rotated = torch.cat((-x2, x1), dim=-1)
+    else:
+        rotated = torch.stack((-p[..., 1::2], p[..., 0::2]), dim=-1).flatten(-2)
+    return p * cos + rotated * sin
 fp8_fused_sdpa = _absent("fp8_fused_sdpa")
 
 

@@ -1,0 +1,310 @@
+"""The pinned release's real engine on the CPU, running a tiny Qwen3.5 hybrid.
+
+`tiny_qwen35` builds a model of 3 Gated DeltaNet layers and 1 attention layer with transformers' own
+`Qwen3_5ForConditionalGeneration` (so vLLM loads real weight names), random weights from a fixed seed,
+`mamba_ssm_dtype: float32` as the real Qwen3.5 config has it, and a byte-level tokenizer made
+in-process. It is cached under ~/.cache/gaudi-cookbook/lab-models/ by a hash of its recipe.
+
+Its geometry mirrors the 27B's block arithmetic in miniature: one GDN layer's state (bf16 conv
+state, 256 channels x 3, and float32 SSM state, 4 heads x 32 x 32) is 17,920 B, more than one
+128-token attention page (1 KV head x 32 x bf16, K and V: 16,384 B) and less than two, so vLLM's page
+unification lifts the hybrid block to 256 tokens, 2 kernel blocks of 128 (the 27B gets 896, 7 of
+them), and the engine's chunks of 512 tokens end on block boundaries. `BLOCK` is that figure;
+test_gdn_engine.py checks vLLM derives it.
+
+`Engine` starts `vllm.LLM` on the tree's `HpuPlatform` under upstream's `VLLM_USE_FAKE_HPU=1`:
+enforce_eager, the engine core in-process, the tree's plain prompt attention
+(`VLLM_PROMPT_USE_FUSEDSDPA=0`), a fixed number of KV blocks, chunks of two blocks. `Reference` is
+transformers' greedy output on the same weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.machinery
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+BLOCK = 256  # tokens per hybrid KV block vLLM derives for this geometry (the 27B: 896)
+SEED = 1234
+
+TEXT_CONFIG = dict(
+    vocab_size=288, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+    layer_types=["linear_attention"] * 3 + ["full_attention"],
+    num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+    linear_num_key_heads=2, linear_key_head_dim=32, linear_num_value_heads=4, linear_value_head_dim=32,
+    linear_conv_kernel_dim=4, max_position_embeddings=8192, rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                     "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+    mamba_ssm_dtype="float32", tie_word_embeddings=False, initializer_range=0.1,
+)
+VISION_CONFIG = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                     patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
+# A trained GDN layer remembers over thousands of tokens; transformers' random init decays its state
+# within a few (A up to 16, dt bias 1), which would hide any wrong state. Slow decays instead: per
+# token exp(-A * softplus(dt)) between about 0.9995 and 0.99998.
+GDN_MEMORY = {"A": (0.01, 0.2), "dt_bias": -4.0}
+DTYPE = "bfloat16"  # what the HPU platform runs (it turns float32 into bf16); the reference upcasts
+
+
+def cache_root() -> Path:
+    base = os.environ.get("COOKBOOK_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gaudi-cookbook")
+    return Path(base) / "lab-models"
+
+
+def recipe_key() -> str:
+    import transformers
+
+    recipe = {"text": TEXT_CONFIG, "vision": VISION_CONFIG, "dtype": DTYPE, "seed": SEED, "gdn": GDN_MEMORY,
+              "transformers": transformers.__version__, "tokenizer": "byte-level v1"}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def tiny_qwen35() -> Path:
+    """The model folder (built once per recipe; a partial build is never taken for a whole one)."""
+    dest = cache_root() / f"qwen35-tiny-{recipe_key()}"
+    if (dest / ".complete").is_file():
+        return dest
+    from _byte_tokens import byte_tokenizer
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    part = dest.with_name(dest.name + f".partial-{os.getpid()}")
+    config = Qwen3_5Config(text_config=dict(TEXT_CONFIG), vision_config=dict(VISION_CONFIG),
+                           architectures=["Qwen3_5ForConditionalGeneration"], tie_word_embeddings=False)
+    torch.manual_seed(SEED)
+    model = Qwen3_5ForConditionalGeneration(config)
+    with torch.no_grad():
+        for layer in model.model.language_model.layers:
+            if hasattr(layer, "linear_attn"):
+                gdn = layer.linear_attn
+                gdn.A_log.copy_(torch.empty_like(gdn.A_log).uniform_(*GDN_MEMORY["A"]).log())
+                gdn.dt_bias.fill_(GDN_MEMORY["dt_bias"])
+    model = model.to(getattr(torch, DTYPE))
+    model.save_pretrained(part)
+    byte_tokenizer().save_pretrained(part)
+    (part / ".complete").touch()
+    if not dest.exists():
+        part.rename(dest)
+    return dest
+
+
+# vllm-gaudi's plugins but its model registration, which imports every model it overrides, Gemma3's
+# image processor among them (torchvision: no CPU build beside the lab's torch). `register_qwen35`
+# does the part of it Qwen3.5 needs, in this process.
+PLUGINS = "hpu,01.hpu_custom_utils,02.hpu_custom_ops,04.hpu_tool_parsers"
+TORCHVISION = ("torchvision", "torchvision.transforms", "torchvision.transforms.v2",
+               "torchvision.transforms.v2.functional")
+
+
+@contextlib.contextmanager
+def torchvision_names():
+    """vLLM's Qwen3-VL module (Qwen3.5's base) and the runner's model patches (Llama 4) import
+    transformers' torchvision image processors, which import `torchvision.transforms.v2.functional`
+    (naming `InterpolationMode` in annotations only). A text-only engine never calls them: the names
+    stand in while the engine lives and are removed after."""
+    import enum
+    import types
+
+    if any(n in sys.modules for n in TORCHVISION):
+        yield
+        return
+    mods = {n: types.ModuleType(n) for n in TORCHVISION}
+    for n, m in mods.items():
+        m.__spec__ = importlib.machinery.ModuleSpec(n, None)
+    mods["torchvision.transforms.v2.functional"].InterpolationMode = enum.Enum(
+        "InterpolationMode", "NEAREST BILINEAR BICUBIC")
+    for parent, child in zip(TORCHVISION, TORCHVISION[1:], strict=False):
+        setattr(mods[parent], child.rsplit(".", 1)[1], mods[child])
+    sys.modules.update(mods)
+    try:
+        yield
+    finally:
+        for n in TORCHVISION:
+            sys.modules.pop(n, None)
+
+
+def register_qwen35():
+    """What vllm-gaudi's `register_models` does for Qwen3.5: its GDN layer replaces upstream's in the
+    model modules. The model class is registered as a class, so vLLM inspects it here rather than in
+    a subprocess (which would lack the lab's `torch.hpu` stub)."""
+    import vllm_gaudi.models.interfaces  # noqa: F401
+    import vllm_gaudi.models.qwen3_5  # noqa: F401
+    import vllm_gaudi.models.qwen3_next  # noqa: F401
+    import vllm_gaudi.models.utils  # noqa: F401
+    from vllm import ModelRegistry
+    from vllm.model_executor.models.qwen3_5 import Qwen3_5ForConditionalGeneration
+
+    ModelRegistry.register_model("Qwen3_5ForConditionalGeneration", Qwen3_5ForConditionalGeneration)
+
+
+def _cpu(x):
+    if isinstance(x, int) and not isinstance(x, bool):  # a bare index: the current device, the HPU
+        return torch.device("cpu")
+    if isinstance(x, torch.device) and x.type == "hpu":
+        return torch.device("cpu")
+    if isinstance(x, str) and x.split(":")[0] == "hpu":
+        return "cpu"
+    return x
+
+
+# Gathers the release feeds padding indices of -1 (padded positions into the rotary cos/sin cache,
+# padded token ids into the embedding): Gaudi does not bounds-check them and the padded rows are never
+# read; the CPU raises. {op: (argument of the source, of the index, gathered dimension)}
+UNCHECKED_GATHERS = {torch.index_select: (0, 2, None), torch.Tensor.index_select: (0, 2, None),
+                     torch.nn.functional.embedding: (1, 0, 0)}
+# Scatters with padding slots of -1 (padded tokens' KV into the cache): their writes are dropped here,
+# never wrapped onto the last row, which belongs to a live block.
+UNCHECKED_SCATTERS = {torch.Tensor.index_copy_, torch.index_copy, torch.Tensor.index_copy}
+
+
+class HpuOnCpu(torch.overrides.TorchFunctionMode):
+    """Tensors the release puts on "hpu" (its device, literal in the worker, the runner and the cache
+    set-up) are made on the CPU: the device argument of every torch call is mapped. And negative
+    padding indices of the gathers above wrap, as Gaudi tolerates them."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if "device" in kwargs:
+            kwargs["device"] = _cpu(kwargs["device"])
+        args = tuple(a if isinstance(a, int) else _cpu(a) for a in args)
+        if func in UNCHECKED_GATHERS:
+            src, idx, dim = UNCHECKED_GATHERS[func]
+            index, dim = args[idx], args[1] if dim is None else dim
+            if index.numel() and index.min() < 0:
+                args = tuple(index.remainder(args[src].shape[dim]) if i == idx else a for i, a in enumerate(args))
+        if func in UNCHECKED_SCATTERS:
+            dest, dim, index, source = args[:4]
+            keep = index >= 0
+            if not bool(keep.all()):
+                args = (dest, dim, index[keep], source.index_select(dim, keep.nonzero().flatten()), *args[4:])
+        return func(*args, **kwargs)
+
+
+ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # the engine core in this process, with the stubs
+    "VLLM_PROMPT_USE_FUSEDSDPA": "0",  # the tree's plain prompt attention
+    "VLLM_SKIP_WARMUP": "true",  # no graphs to warm up under enforce_eager
+    "VLLM_PLUGINS": PLUGINS,
+}
+
+
+class Engine:
+    """`vllm.LLM` on the tree's HpuPlatform, engine core in this process. The CPU set-up (environment,
+    device mapping, torchvision names) is in force only while it starts and while it generates, so
+    the lab's other tests in the same process never run under it."""
+
+    def __init__(self, model_dir: Path, *, num_blocks: int = 64, max_model_len: int = 4096,
+                 prefix_caching: bool = True, env: dict | None = None, **kwargs):
+        self.env = ENV | (env or {})
+        with self._cpu():
+            register_qwen35()
+            from vllm import LLM
+
+            self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=DTYPE, enforce_eager=True,
+                           max_model_len=max_model_len, max_num_seqs=2, max_num_batched_tokens=2 * BLOCK,
+                           num_gpu_blocks_override=num_blocks, enable_prefix_caching=prefix_caching,
+                           language_model_only=True, seed=SEED, **kwargs)
+
+    @contextlib.contextmanager
+    def _cpu(self):
+        saved = dict(os.environ)
+        os.environ.update(self.env)
+        try:
+            with torchvision_names(), HpuOnCpu():
+                yield
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            # The engine core caches vLLM's environment reads once it starts; later tests must
+            # read their own environment.
+            import vllm.envs
+
+            vllm.envs.disable_envs_cache()
+
+    def generate(self, prompt_ids: list[int], salt: str, max_tokens: int = 6):
+        """One greedy request (top-2 logprobs); `salt` keys its blocks: a new salt is a cold run."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=max_tokens, temperature=0, logprobs=2, ignore_eos=True)
+        with self._cpu():
+            return self.llm.generate([{"prompt_token_ids": prompt_ids, "cache_salt": salt}], params,
+                                     use_tqdm=False)[0]
+
+    @property
+    def vllm_config(self):
+        return self.llm.llm_engine.vllm_config
+
+    def close(self):
+        with self._cpu():
+            self.llm.llm_engine.engine_core.shutdown()
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+            cleanup_dist_env_and_memory()
+
+
+@contextlib.contextmanager
+def engine(model_dir: Path, **kwargs):
+    e = Engine(model_dir, **kwargs)
+    try:
+        yield e
+    finally:
+        e.close()
+
+
+def prompt(seed: int, length: int) -> list[int]:
+    """Token ids of the byte alphabet (the tokenizer's first 256), reproducible from a seed."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, 256, (length,), generator=g).tolist()
+
+
+class Reference:
+    """transformers' own model on the same weights, in float32: per generated token, its logprob,
+    the reference's greedy choice and the top-2 margin, teacher-forced along the engine's tokens (one
+    forward pass; a near-tie the engine broke the other way does not derail the steps after it)."""
+
+    def __init__(self, model_dir: Path):
+        from transformers import Qwen3_5ForConditionalGeneration
+
+        self.model = Qwen3_5ForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+    @torch.no_grad()
+    def steps(self, prompt_ids: list[int], tokens: list[int]) -> list[dict]:
+        ids = torch.tensor([prompt_ids + tokens[:-1]])
+        logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1:].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        top = logp.topk(2, dim=-1)
+        return [{"token": t, "logprob": logp[i, t].item(), "top1": top.indices[i, 0].item(),
+                 "margin": (top.values[i, 0] - top.values[i, 1]).item()} for i, t in enumerate(tokens)]
+
+
+def generated(output) -> list[dict]:
+    """Per generated token of a vLLM RequestOutput: token, logprob, the engine's top-2 margin."""
+    comp = output.outputs[0]
+    out = []
+    for t, lp in zip(comp.token_ids, comp.logprobs, strict=True):
+        ranked = sorted(lp.values(), key=lambda x: x.rank)
+        out.append({"token": t, "logprob": lp[t].logprob, "margin": ranked[0].logprob - ranked[1].logprob})
+    return out
+
+
+# A bf16 engine against the float32 reference: logprobs measured up to 0.08 apart on both trees; a
+# wrong GDN state moves them by 0.3 to 3 and flips tokens whose margin is larger.
+TOL = 0.1
+
+
+def disagreements(engine_steps: list[dict], ref_steps: list[dict], tol: float) -> list[str]:
+    """Where the engine's greedy tokens are not the reference's: a token that is not the reference's
+    choice unless the reference's top two are within `tol`, or a logprob further than `tol` away."""
+    bad = []
+    for i, (e, r) in enumerate(zip(engine_steps, ref_steps, strict=True)):
+        if e["token"] != r["top1"] and r["margin"] > tol:
+            bad.append(f"step {i}: token {e['token']}, reference {r['top1']} by a margin of {r['margin']:.3f}")
+        if abs(e["logprob"] - r["logprob"]) > tol:
+            bad.append(f"step {i}: logprob {e['logprob']:.4f}, reference {r['logprob']:.4f}")
+    return bad

@@ -1,0 +1,64 @@
+"""gdn-prefix-cache end to end: the release's real engine on the CPU (tests/lab/_engine.py), the tiny
+Qwen3.5 hybrid, prefix caching on. A request that hits a shared prefix of whole blocks, after another
+request dirtied the GDN slot, gives the tokens and logprobs of the same prompt run cold and of
+transformers' reference. On the stock tree the hit resumes from the slot's last owner and diverges.
+
+The pool is small (24 blocks), so later cases get blocks that held earlier cases' checkpoints, for
+the attention group as well as for the GDN groups: a page must carry nothing of its previous owner.
+
+Without compact GDN slots the fix refuses prefix caching; the stock tree serves it, and then even a
+cold chunked run is wrong (each chunk's state store overwrites the block it resumed from)."""
+
+import _engine
+import pytest
+
+TOL = _engine.TOL
+B = _engine.BLOCK
+POOL = 24  # blocks; the cases below cycle it
+
+
+@pytest.fixture(scope="module")
+def qwen35_engine(qwen35_dir):
+    with _engine.engine(qwen35_dir, num_blocks=POOL) as engine:
+        yield engine
+
+
+def _check(engine, reference, ids, out, what):
+    steps = _engine.generated(out)
+    ref = reference.steps(ids, [s["token"] for s in steps])
+    bad = _engine.disagreements(steps, ref, TOL)
+    assert not bad, f"{what} against transformers: " + "; ".join(bad)
+    return steps
+
+
+@pytest.mark.parametrize("prefix_blocks, tail", [(2, 17), (3, 17), (3, B + 44)])
+def test_a_hit_on_a_shared_prefix_gives_the_cold_runs_tokens(qwen35_engine, qwen35_reference, prefix_blocks, tail):
+    case = f"{prefix_blocks}-{tail}"
+    prefix = _engine.prompt(100 + prefix_blocks, prefix_blocks * B)
+    ids = prefix + _engine.prompt(200 + tail, tail)
+    cold = qwen35_engine.generate(ids, salt=f"cold-{case}")
+    # Another request on the same prefix caches its blocks and leaves its own state in the slot.
+    other = qwen35_engine.generate(prefix + _engine.prompt(300 + tail, 100), salt=f"shared-{case}")
+    hit = qwen35_engine.generate(ids, salt=f"shared-{case}")
+    assert (cold.num_cached_tokens, other.num_cached_tokens, hit.num_cached_tokens) == (0, 0, prefix_blocks * B)
+    h, c = _engine.generated(hit), _engine.generated(cold)
+    diverged = [f"step {i}: hit {x['token']} ({x['logprob']:.4f}), cold {y['token']} ({y['logprob']:.4f})"
+                for i, (x, y) in enumerate(zip(h, c, strict=True))
+                if x["token"] != y["token"] or abs(x["logprob"] - y["logprob"]) > TOL]
+    assert not diverged, f"hit on {prefix_blocks * B} cached tokens against cold: " + "; ".join(diverged)
+    _check(qwen35_engine, qwen35_reference, ids, cold, "cold")
+    _check(qwen35_engine, qwen35_reference, ids, hit, "hit")
+
+
+def test_without_compact_gdn_prefix_caching_is_refused_not_served_wrong(qwen35_dir, qwen35_reference):
+    ids = _engine.prompt(7, 3 * B + 17)
+    try:
+        engine = _engine.Engine(qwen35_dir, env={"VLLM_COMPACT_GDN": "0"})
+    except Exception as exc:  # the fix's guard: raised while the runner starts
+        assert "VLLM_COMPACT_GDN" in str(exc), exc
+        return
+    try:
+        out = engine.generate(ids, salt="noncompact-cold")
+    finally:
+        engine.close()
+    _check(engine, qwen35_reference, ids, out, "a cold chunked run without compact GDN")
