@@ -306,3 +306,37 @@ def docs(c, check=False, site=None, dry_run=False):
 
 
 ns.add_task(docs)
+
+
+SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: the recipe's moving tag)",
+              "port": "host port (default: the recipe's image.port)", "runtime": "Docker runtime (default habana; "
+              "'' for Docker's default; device variables only with habana)", "name": "container name",
+              "hf_cache": "host Hugging Face cache mounted at /root/.cache/huggingface ('' for none)",
+              "env": "NAME=VALUE for the container (repeatable; HF_TOKEN always comes from your environment)",
+              "option": "an extra `docker run` option, e.g. --option=--shm-size=8g (repeatable)",
+              "timeout": "seconds to wait for health", "log_dir": "where the container's log is kept",
+              "dry_run": "print the docker run, start nothing"}
+
+
+@task(iterable=["env", "option"], help=SERVE_HELP)
+@edge
+def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", name=None,
+          hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800", log_dir="build/serve",
+          dry_run=False):
+    """Start a recipe's image as the README's Serving section does; wait for health; say where the log is.
+
+    Words after `--` go after the image, appended to the recipe's vLLM flags (`-- --max-num-seqs 16`).
+    """
+    from pathlib import Path
+
+    from cookbook import recipes as r
+    from cookbook import serve as s
+
+    loaded = r.load(recipe)
+    spec = s.spec_for(loaded, image=image, port=s.number(port, "--port") if port else None, runtime=runtime, name=name,
+                      hf_cache=hf_cache, env=s.parse_env(env), options=tuple(option or ()),
+                      args=s.user_args(c.remainder, sys.argv))
+    s.serve(loaded, spec, Path(log_dir), s.number(timeout, "--timeout", float), dry_run)
+
+
+ns.add_task(serve)
