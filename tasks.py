@@ -340,3 +340,42 @@ def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", nam
 
 
 ns.add_task(serve)
+
+
+def _run_spec(loaded, image, port, runtime, name, hf_cache, env, option, default_name):
+    """The --image container of smoke and bench: the same `docker run` as `invoke serve`."""
+    from cookbook import serve as s
+
+    if not image:
+        return None
+    return s.spec_for(loaded, image=image, port=s.number(port, "--port") if port else None, runtime=runtime,
+                      name=name or default_name, hf_cache=hf_cache, env=s.parse_env(env),
+                      options=tuple(option or ()))
+
+
+@task(iterable=["only", "env", "option"],
+      help={**{k: v for k, v in SERVE_HELP.items() if k != "log_dir"}, "url": "a running server's base URL (http://host:8000)",
+            "image": "start this image for the run (as `invoke serve` does), removed afterwards",
+            "scale": "multiply the recipe's token sizes (small servers: 0.01)", "repeats": "runs of each scenario",
+            "only": "run only this scenario (repeatable)", "out": "folder for bench.json, bench.md, bench.png",
+            "dry_run": "print the sized scenarios (and the docker run), run nothing"})
+@edge
+def bench(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale="1", repeats="3", only=None, out=None, port=None,
+          runtime="habana", name=None, hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800",
+          dry_run=False):
+    """Run the recipe's performance scenarios: tokens/s, TTFT, end to end; JSON, Markdown rows, PNG."""
+    import os
+    from pathlib import Path
+
+    from cookbook import bench as b
+    from cookbook import recipes as r
+    from cookbook import serve as s
+
+    loaded = r.load(recipe)
+    spec = _run_spec(loaded, image, port, runtime, name, hf_cache, env, option, f"cookbook-bench-{os.getpid()}")
+    b.bench(loaded, url, spec, Path(out or f"build/bench/{loaded.id}"), scale=s.number(scale, "--scale", float),
+            repeats=s.number(repeats, "--repeats"), only=only, timeout_s=s.number(timeout, "--timeout", float),
+            dry=dry_run)
+
+
+ns.add_task(bench)

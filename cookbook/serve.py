@@ -267,3 +267,23 @@ def number(value, option: str, kind=int):
         return kind(value)
     except (TypeError, ValueError):
         raise UsageError(f"{option} takes {'a whole number' if kind is int else 'a number'}, got {value!r}") from None
+
+
+@dataclass
+class Target:
+    """The server a smoke or bench run talks to: a URL given, or a container started for the run."""
+
+    url: str
+    image: str | None = None
+    image_id: str | None = None
+    log_path: Path | None = None
+
+
+@contextlib.contextmanager
+def target(url: str | None, spec: RunSpec | None, log_path: Path, timeout_s: float) -> Iterator[Target]:
+    """--url as given, or --image started with `container` (removed afterwards, whatever happens)."""
+    if spec is None:
+        yield Target(url.rstrip("/"))
+        return
+    with container(spec, log_path, timeout_s) as running:
+        yield Target(running.url, spec.image, running.image_id, log_path)

@@ -1,0 +1,134 @@
+"""cookbook/bench.py: the measuring rules as pure functions (table driven), the result files, and the
+trust test: on the same real CPU vLLM server and workload, `invoke bench`'s code agrees with vLLM's own
+`vllm bench serve` within 5% on output tokens/s and median time to first token."""
+
+import json
+
+import pytest
+
+from cookbook import bench, recipes
+from cookbook.errors import CheckFailure, UsageError
+from cookbook.schema import Scenario
+
+LOADED = recipes.load("qwen3.5-27b-fp8")
+
+
+def scenario(**kw) -> Scenario:
+    base = {"name": "s", "title": "S", "streams": 1, "prompt": "short", "max_tokens": 256,
+            "expect": {"tokens_per_s": 1.0}}
+    return Scenario(**{**base, **kw})
+
+
+@pytest.mark.parametrize("kw,scale,context,prompt,answer", [
+    ({}, 1, 262144, bench.SHORT_PROMPT_TOKENS, 256),
+    ({}, 0.01, 262144, bench.SHORT_PROMPT_TOKENS, 256),  # a short prompt does not scale
+    ({"prompt": "needle", "prompt_tokens": 65536, "max_tokens": None}, 1, 262144, 65536,
+     bench.NEEDLE_ANSWER_TOKENS),
+    ({"prompt": "needle", "prompt_tokens": 65536, "max_tokens": None}, 0.01, 262144, 655, bench.NEEDLE_ANSWER_TOKENS),
+    # The server's context bounds prompt and answer together.
+    ({"prompt": "needle", "prompt_tokens": 244000, "max_tokens": None}, 0.01, 2048, 2048 - 1024 - 8, 1024),
+    ({"prompt": "needle", "prompt_tokens": 244000, "max_tokens": None}, 1, 262144, 244000, 1024),
+])
+def test_size(kw, scale, context, prompt, answer):
+    w = bench.size(scenario(**kw), scale, context)
+    assert (w.prompt_tokens, w.max_tokens) == (prompt, answer)
+
+
+@pytest.mark.parametrize("scale,context,words", [(0, 4096, "--scale"), (-1, 4096, "--scale"),
+                                                 (1, 16, "too small")])
+def test_size_refusals(scale, context, words):
+    with pytest.raises(UsageError, match=words):
+        bench.size(scenario(), scale, context)
+
+
+def events(*texts, usage=(3, 7)):
+    out = [{"choices": [{"text": t}]} for t in texts]
+    return out + [{"choices": [], "usage": {"completion_tokens": usage[0], "prompt_tokens": usage[1]}}]
+
+
+@pytest.mark.parametrize("stream,ttft,latency,text,tokens", [
+    # The first chunk with a choice is the first token, even with an empty text (a special token).
+    (events("", "a", "b"), 1, 3, "ab", 3),
+    (events("x"), 1, 1, "x", 3),
+    # Chat: a role-only first delta is a chunk with a choice too (vLLM sends it with the first token).
+    ([{"choices": [{"delta": {"role": "assistant", "content": ""}}]}, {"choices": [{"delta": {"content": "hi"}}]},
+      {"choices": [], "usage": {"completion_tokens": 1, "prompt_tokens": 2}}], 1, 2, "hi", 1),
+    ([{"choices": [{"delta": {"reasoning": "think"}}]}, {"choices": [], "usage": {"completion_tokens": 1}}],
+     1, 1, "think", 1),
+])
+def test_record(stream, ttft, latency, text, tokens):
+    ticks = iter(range(1, 100))
+    t = bench.record(bench.Timing(start=0), stream, clock=lambda: next(ticks))
+    assert (t.ttft, t.latency, t.text, t.output_tokens, t.error) == (ttft, latency, text, tokens, None)
+
+
+def test_record_without_a_token_is_an_error():
+    t = bench.record(bench.Timing(start=0), [{"choices": [], "usage": {"completion_tokens": 0}}], clock=lambda: 1)
+    assert t.error
+
+
+@pytest.mark.parametrize("lines,expect", [
+    ([b"data: {\"a\": 1}", b"", b": ping", b"data: [DONE]", b"data: {\"b\": 2}"], [{"a": 1}]),
+    ([b"event: x", b"data:{\"c\":3}\n"], [{"c": 3}]),
+])
+def test_sse_events(lines, expect):
+    assert list(bench.sse_events(lines)) == expect
+
+
+@pytest.mark.parametrize("n,seed", [(5, 1), (128, 2), (300, 3), (40, 1000)])
+def test_token_prompt_is_exact_and_distinct(n, seed):
+    filler = list(range(100, 140))
+    a, b = bench.token_prompt(filler, n, seed), bench.token_prompt(filler, n, seed + 1)
+    assert len(a) == len(b) == n and a[0] != b[0]
+    assert set(a) <= set(filler)
+
+
+def test_short_metrics_as_vllm_bench_serve_counts():
+    ts = [bench.Timing(start=0.0, ttft=0.5, latency=2.0, output_tokens=100),
+          bench.Timing(start=0.1, ttft=1.0, latency=4.0, output_tokens=100),
+          bench.Timing(start=0.1, ttft=2.0, latency=4.0, output_tokens=100)]
+    m = bench.short_metrics(ts, 0.0, 5.0)
+    assert m["aggregate_tokens_per_s"] == 60.0  # all output tokens over the benchmark's wall time
+    assert m["per_stream_tokens_per_s"] == pytest.approx((50 + 25 + 25) / 3)
+    assert m["median_ttft_s"] == 1.0 and "tokens_per_s" not in m
+    assert bench.short_metrics(ts[:1], 0.0, 2.0)["tokens_per_s"] == 50.0
+
+
+def test_summarise_medians_and_spread():
+    s = bench.summarise([{"tokens_per_s": 10.0}, {"tokens_per_s": 12.0}, {"tokens_per_s": 11.0}], {"tokens_per_s": 9})
+    assert s["values"] == {"tokens_per_s": 11.0}
+    assert s["spread"]["tokens_per_s"]["min"] == 10.0 and s["spread"]["tokens_per_s"]["max"] == 12.0
+    assert s["spread"]["tokens_per_s"]["rsd"] == pytest.approx(1 / 11)
+
+
+def doc(**kw):
+    s = {"name": "one-stream-short", "title": "One stream, short prompt, 256 tokens", "workload": {}, "runs": [],
+         **bench.summarise([{"tokens_per_s": 40.0, "median_ttft_s": 0.05}], {"tokens_per_s": 47.1})}
+    n = {"name": "cold-65k", "title": "Cold prompt of 65K tokens (needle)", "workload": {}, "runs": [],
+         **bench.summarise([{"seconds_to_answer": 30.5}, {"seconds_to_answer": 31.5}], {"seconds_to_answer": [29, 36]})}
+    return {"schema": bench.SCHEMA, "recipe": LOADED.id, "recipe_hash": LOADED.hash,
+            "target": {"url": "http://127.0.0.1:8000", "image": None, "image_id": None}, "server": {},
+            "scale": 0.5, "repeats": 2, "date": "2026-12-03T07:00:00Z", "scenarios": [s, n], **kw}
+
+
+def test_markdown_rows_have_the_published_figure_beside():
+    md = bench.markdown(doc())
+    assert "| One stream, short prompt, 256 tokens | 40.0 tokens/s (TTFT 0.05 s) | 47.1 tokens/s |" in md
+    assert "| Cold prompt of 65K tokens (needle) | 31 s to the answer | 29 to 36 s to the answer |" in md
+    assert "scale 0.5" in md and "http://127.0.0.1:8000" in md
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"schema": "cookbook.bench/v0"}, "not cookbook.bench/v1"),
+    ({"target": {"url": None, "image_id": None}}, "names the server URL or the image id"),
+])
+def test_validate_refuses(change, words):
+    with pytest.raises(CheckFailure, match=words):
+        bench.validate(doc(**change))
+
+
+def test_write_json_markdown_and_png(tmp_path):
+    files = bench.write(doc(), tmp_path)
+    assert json.loads(files["json"].read_text())["schema"] == bench.SCHEMA
+    assert files["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert files["markdown"].read_text().count("\n| ") == 3
