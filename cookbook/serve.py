@@ -213,8 +213,9 @@ def container(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_
             say(f"container {spec.name} removed; its log is in {log_path}")
 
 
-def spec_for(loaded: LoadedRecipe, image: str | None = None, port: int | None = None, runtime: str | None = GAUDI_RUNTIME,
-             name: str | None = None, hf_cache: str | None = "~/.cache/huggingface", env: dict | None = None,
+def spec_for(loaded: LoadedRecipe, image: str | None = None, port: int | None = None,
+             runtime: str | None = GAUDI_RUNTIME, name: str | None = None,
+             hf_cache: str | None = "~/.cache/huggingface", env: dict | None = None,
              options: tuple[str, ...] = (), args: tuple[str, ...] = ()) -> RunSpec:
     r = loaded.recipe
     return RunSpec(image=image or default_image(loaded), name=name or f"cookbook-{loaded.id}",
