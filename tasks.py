@@ -342,7 +342,7 @@ def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", nam
 ns.add_task(serve)
 
 
-def _run_spec(loaded, image, port, runtime, name, hf_cache, env, option, default_name):
+def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, default_name):
     """The --image container of smoke and bench: the same `docker run` as `invoke serve`."""
     from cookbook import serve as s
 
@@ -350,7 +350,7 @@ def _run_spec(loaded, image, port, runtime, name, hf_cache, env, option, default
         return None
     return s.spec_for(loaded, image=image, port=s.number(port, "--port") if port else None, runtime=runtime,
                       name=name or default_name, hf_cache=hf_cache, env=s.parse_env(env),
-                      options=tuple(option or ()))
+                      options=tuple(option or ()), args=s.user_args(c.remainder, sys.argv))
 
 
 @task(iterable=["only", "env", "option"],
@@ -372,7 +372,7 @@ def bench(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale="1", repeats="3"
     from cookbook import serve as s
 
     loaded = r.load(recipe)
-    spec = _run_spec(loaded, image, port, runtime, name, hf_cache, env, option, f"cookbook-bench-{os.getpid()}")
+    spec = _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, f"cookbook-bench-{os.getpid()}")
     b.bench(loaded, url, spec, Path(out or f"build/bench/{loaded.id}"), scale=s.number(scale, "--scale", float),
             repeats=s.number(repeats, "--repeats"), only=only, timeout_s=s.number(timeout, "--timeout", float),
             dry=dry_run)

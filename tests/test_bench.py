@@ -3,6 +3,7 @@ trust test: on the same real CPU vLLM server and workload, `invoke bench`'s code
 `vllm bench serve` within 5% on output tokens/s and median time to first token."""
 
 import json
+import uuid
 
 import pytest
 
@@ -133,3 +134,106 @@ def test_write_json_markdown_and_png(tmp_path):
     assert json.loads(files["json"].read_text())["schema"] == bench.SCHEMA
     assert files["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert files["markdown"].read_text().count("\n| ") == 3
+
+
+# ---------------------------------------------------------------------------------------------------
+# Section 5: the --image path on a real container. The CPU test recipe (tests/cpu_image.py) built by the
+# pipeline on the vLLM CPU base; `invoke bench --image` starts it with `docker run` (no Habana runtime
+# here: --runtime ''), and the container is removed in every case.
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from .cpu_server import tiny_model_dir  # trained and cached by the smoke tests' helper
+
+    return tiny_model_dir()
+
+
+@pytest.fixture(scope="module")
+def cpu_recipe_image(docker_engine, made_images, tmp_path_factory):
+    from cookbook import cpubase, steps
+
+    from . import cpu_image
+    from .conftest import TEST_REPO
+
+    base = cpubase.ensure()
+    root = tmp_path_factory.mktemp("cpu-image")
+    pack = cpu_image.write_pack(root / "pack")
+    path = cpu_image.write_recipe(root / "recipes", base.image)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", str(pack))
+        built = steps.build_recipe(str(path), repo=TEST_REPO)
+    made_images.extend(built.tags)
+    return path, built.tags[0], pack
+
+
+def invoke_image(cpu_recipe_image, model_dir, name, *args, timeout=900, popen=False):
+    import os
+    import subprocess
+    import sys
+
+    from cookbook.paths import ROOT
+
+    from . import cpu_image
+    from .test_serve import free_port
+
+    path, tag, pack = cpu_recipe_image
+    # No Habana runtime here (--runtime=), no Hub cache (the model is mounted and served by path).
+    cmd = [sys.executable, "-m", "invoke", "bench", "--recipe", str(path), "--image", tag, "--runtime=",
+           "--hf-cache=", "--name", name, "--port", str(free_port()),
+           "--env", f"COOKBOOK_MODEL_PATH={cpu_image.MODEL_IN_IMAGE}",
+           f"--option=--volume={model_dir}:{cpu_image.MODEL_IN_IMAGE}:ro", *args]
+    env = {**os.environ, "COOKBOOK_FIXES_DIR": str(pack), "PYTHONPATH": str(ROOT)}
+    if popen:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def container_exists(name: str) -> bool:
+    from cookbook import engine
+
+    return engine.docker("inspect", name, check=False).returncode == 0
+
+
+def test_bench_on_the_recipe_image(cpu_recipe_image, tiny_model, tmp_path):
+    name = f"cookbook-test-bench-{uuid.uuid4().hex[:8]}"
+    out = invoke_image(cpu_recipe_image, tiny_model, name, "--scale", "0.01", "--repeats", "1",
+                       "--only", "one-stream-short", "--only", "cold-65k", "--out", str(tmp_path),
+                       "--timeout", "600", "--", "--enforce-eager")
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert doc["target"]["image"] == cpu_recipe_image[1] and doc["target"]["image_id"].startswith("sha256:")
+    values = {s["name"]: s["values"] for s in doc["scenarios"]}
+    assert values["one-stream-short"]["tokens_per_s"] > 0 and values["cold-65k"]["seconds_to_answer"] > 0
+    assert (tmp_path / "bench.png").is_file() and "| One stream" in out.stdout
+    assert "Application startup complete" in (tmp_path / "server.log").read_text()  # the container's log kept
+    assert not container_exists(name)
+
+
+def test_image_that_never_gets_healthy_is_removed(cpu_recipe_image, tiny_model, tmp_path):
+    name = f"cookbook-test-bench-{uuid.uuid4().hex[:8]}"
+    out = invoke_image(cpu_recipe_image, tiny_model, name, "--timeout", "3", "--out", str(tmp_path),
+                       "--", "--enforce-eager")
+    assert out.returncode == 1 and "did not answer within 3s" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    assert not container_exists(name)
+
+
+def test_image_removed_on_ctrl_c(cpu_recipe_image, tiny_model, tmp_path):
+    import signal
+    import time
+
+    name = f"cookbook-test-bench-{uuid.uuid4().hex[:8]}"
+    proc = invoke_image(cpu_recipe_image, tiny_model, name, "--timeout", "600", "--out", str(tmp_path),
+                        "--", "--enforce-eager", popen=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not container_exists(name) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert container_exists(name)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert not container_exists(name)
