@@ -11,6 +11,8 @@ from cookbook import bench, recipes
 from cookbook.errors import CheckFailure, UsageError
 from cookbook.schema import Scenario
 
+from .cpu_server import tiny_server  # noqa: F401  (the session's CPU vLLM server, a fixture)
+
 LOADED = recipes.load("qwen3.5-27b-fp8")
 
 
@@ -183,7 +185,8 @@ def invoke_image(cpu_recipe_image, model_dir, name, *args, timeout=900, popen=Fa
            "--hf-cache=", "--name", name, "--port", str(free_port()),
            "--env", f"COOKBOOK_MODEL_PATH={cpu_image.MODEL_IN_IMAGE}",
            f"--option=--volume={model_dir}:{cpu_image.MODEL_IN_IMAGE}:ro", *args]
-    env = {**os.environ, "COOKBOOK_FIXES_DIR": str(pack), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "COOKBOOK_FIXES_DIR": str(pack),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if popen:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -237,3 +240,37 @@ def test_image_removed_on_ctrl_c(cpu_recipe_image, tiny_model, tmp_path):
         proc.kill()
     assert proc.returncode != 0
     assert not container_exists(name)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Trust: `invoke bench`'s code and vLLM's own `vllm bench serve` on the same real CPU server and workload.
+AGREEMENT = {"streams": 32, "input_len": 128, "output_len": 128, "rounds": 5}
+
+
+def test_bench_agrees_with_vllm_bench_serve(tiny_server):  # noqa: F811
+    """Within 5% on output tokens/s and median TTFT: the medians over alternating rounds (a round of each
+    in turn, so that other load on the machine falls on both alike), vLLM's random dataset against
+    the cookbook's token prompts of the very length vLLM's prompts came to, same concurrency, ignore_eos."""
+    import statistics
+    import subprocess
+    from pathlib import Path
+
+    from cookbook import cpubase
+
+    from .cpu_server import tiny_model_dir
+
+    python = cpubase.vllm_env() / "bin" / "python"
+    model = bench.server_info(bench.Client(tiny_server.url)).model
+    a = AGREEMENT
+    out = subprocess.run([str(python), str(Path(__file__).with_name("bench_agreement.py")), tiny_server.url, model,
+                          str(tiny_model_dir()), str(a["streams"]), str(a["input_len"]), str(a["output_len"]),
+                          str(a["rounds"])], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = json.loads(out.stdout.strip().splitlines()[-1])
+    for side in runs.values():
+        assert len(side) == a["rounds"]
+    assert all(abs(v["prompt_tokens"] - a["input_len"]) <= 3 for v in runs["vllm"])  # lengths as asked
+    for key in ("output_tokens_per_s", "median_ttft_s"):
+        theirs = statistics.median(r[key] for r in runs["vllm"])
+        ours = statistics.median(r[key] for r in runs["cookbook"])
+        assert abs(ours - theirs) / theirs <= 0.05, (key, ours, theirs, runs)
