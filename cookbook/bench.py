@@ -21,11 +21,11 @@ end of the answer (seconds_to_answer). Sizes: the recipe's, times --scale, withi
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import math
 import statistics
-import threading
 import time
 import urllib.parse
 import uuid
@@ -114,23 +114,42 @@ def chunk_text(choice: dict) -> str:
     return (delta.get("content") or "") + (delta.get("reasoning") or delta.get("reasoning_content") or "")
 
 
+def take(timing: Timing, event: dict, now: float) -> None:
+    """One streamed event, arrived at `now`: a chunk with a choice is a token (the first one is the
+    first token, whatever its text); the usage chunk counts them."""
+    if event.get("choices"):
+        if not timing.latency:
+            timing.ttft = now - timing.start
+        timing.latency = now - timing.start
+        timing.text += chunk_text(event["choices"][0])
+    usage = event.get("usage")
+    if usage:
+        timing.output_tokens = usage.get("completion_tokens") or 0
+        timing.prompt_tokens = usage.get("prompt_tokens") or 0
+
+
 def record(timing: Timing, events, clock=time.perf_counter) -> Timing:
     """Fill a Timing from a request's events as they arrive (the clock read at each one)."""
-    first = True
     for event in events:
-        if event.get("choices"):
-            now = clock()
-            if first:
-                timing.ttft, first = now - timing.start, False
-            timing.latency = now - timing.start
-            timing.text += chunk_text(event["choices"][0])
-        usage = event.get("usage")
-        if usage:
-            timing.output_tokens = usage.get("completion_tokens") or 0
-            timing.prompt_tokens = usage.get("prompt_tokens") or 0
-    if first:
+        take(timing, event, clock())
+    if not timing.latency:
         timing.error = timing.error or "no chunk with a token came back"
     return timing
+
+
+async def _body(reader: asyncio.StreamReader, chunked: bool):
+    """The response body as it arrives: HTTP/1.1 chunks decoded, or raw reads to the end."""
+    if not chunked:
+        while data := await reader.read(65536):
+            yield data
+        return
+    while True:
+        size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            return
+        data = await reader.readexactly(size)
+        await reader.readexactly(2)
+        yield data
 
 
 class Client:
@@ -176,22 +195,47 @@ class Client:
             raise CheckFailure(f"{self.url}{path} answered {resp.status}")
         return json.loads(data)
 
-    def stream(self, path: str, body: dict) -> Timing:
+    async def astream(self, path: str, body: dict) -> Timing:
+        """A streamed POST on an asyncio connection (HTTP/1.1, chunked), each event timed on arrival."""
         timing = Timing(start=time.perf_counter())
-        conn = self._conn(REQUEST_TIMEOUT_S)
+        host, port = self.parsed.hostname, self.parsed.port or (443 if self.parsed.scheme == "https" else 80)
+        payload = json.dumps(body).encode()
+        head = (f"POST {self.parsed.path.rstrip('/')}{path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n")
+        writer = None
         try:
-            conn.request("POST", self.parsed.path.rstrip("/") + path, json.dumps(body),
-                         {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            if resp.status != 200:
-                timing.error = f"HTTP {resp.status}: {resp.read()[:300]!r}"
+            reader, writer = await asyncio.open_connection(host, port, ssl=self.parsed.scheme == "https",
+                                                           limit=2**24)
+            writer.write(head.encode() + payload)
+            await writer.drain()
+            status = (await reader.readline()).split(b" ", 2)
+            headers = {}
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                k, _, v = line.decode("latin-1").partition(":")
+                headers[k.strip().lower()] = v.strip().lower()
+            if len(status) < 2 or status[1] != b"200":
+                timing.error = f"HTTP {b' '.join(status[1:]).decode(errors='replace').strip()}: " + \
+                    (await reader.read(300)).decode(errors="replace")
                 return timing
-            return record(timing, sse_events(iter(resp.readline, b"")))
-        except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
+            buf = b""
+            async for data in _body(reader, headers.get("transfer-encoding") == "chunked"):
+                now = time.perf_counter()
+                buf += data
+                *lines, buf = buf.split(b"\n")
+                for event in sse_events(lines):
+                    take(timing, event, now)
+            if not timing.latency:
+                timing.error = "no chunk with a token came back"
+            return timing
+        except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
             timing.error = f"{type(exc).__name__}: {exc}"
             return timing
         finally:
-            conn.close()
+            if writer is not None:
+                writer.close()
+
+    def stream(self, path: str, body: dict) -> Timing:
+        return asyncio.run(self.astream(path, body))
 
 
 @dataclass
@@ -239,24 +283,17 @@ def completion_body(model: str, prompt: list[int], max_tokens: int, ignore_eos: 
 
 
 def concurrently(client: Client, path: str, bodies: list[dict]) -> tuple[list[Timing], float, float]:
-    """All requests sent together (a barrier), as `vllm bench serve` sends them with an infinite request
-    rate and max-concurrency = streams: (timings, start, end of the benchmark)."""
-    results: list[Timing | None] = [None] * len(bodies)
-    gate = threading.Barrier(len(bodies) + 1)
+    """All requests sent at once from one event loop, as `vllm bench serve` sends them with an infinite
+    request rate and max-concurrency = streams: (timings, start, end of the benchmark). One event loop,
+    not a thread per stream: a thread that waits for the GIL reads its first token late, and 32 of them
+    made the time to first token longer than vLLM's client measured on the same server."""
 
-    def run(i: int):
-        gate.wait()
-        results[i] = client.stream(path, bodies[i])
+    async def all_of():
+        begin = time.perf_counter()
+        timings = await asyncio.gather(*(client.astream(path, b) for b in bodies))
+        return timings, begin, time.perf_counter()
 
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(bodies))]
-    for t in threads:
-        t.start()
-    gate.wait()
-    begin = time.perf_counter()
-    for t in threads:
-        t.join()
-    end = time.perf_counter()
-    return [r for r in results if r is not None], begin, end
+    return asyncio.run(all_of())
 
 
 def short_metrics(timings: list[Timing], begin: float, end: float) -> dict:
@@ -302,6 +339,9 @@ def run_scenario(client: Client, server: Server, w: Workload, repeats: int, fill
     for rep in range(repeats):
         say(f"{w.name}: run {rep + 1} of {repeats} ({w.streams} x {w.max_tokens} tokens after "
             f"{w.prompt_tokens} prompt tokens)")
+        # Right before each measured run, as `vllm bench serve` sends its test prompt: an engine that has
+        # idled answers its first step late, and that step is the first token of every stream.
+        warm_up(client, server, filler)
         if w.kind == "short":
             bodies = [completion_body(server.model, token_prompt(filler, w.prompt_tokens, next(seeds)), w.max_tokens)
                       for _ in range(w.streams)]
@@ -363,7 +403,6 @@ def run(loaded: LoadedRecipe, url: str, *, scale: float = 1.0, repeats: int = 3,
     client = Client(url)
     server = server_info(client)
     filler = filler_ids(client, server.model)
-    warm_up(client, server, filler)
     seeds = iter(range(1, 10**6))
     scenarios = [run_scenario(client, server, size(s, scale, server.context), repeats, filler, seeds)
                  for s in perf.scenarios if not only or s.name in only]

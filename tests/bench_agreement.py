@@ -54,8 +54,6 @@ def main(url, model, tokenizer, streams, input_len, output_len, rounds) -> dict:
         # The same prompt length in tokens as vLLM's random prompts came to (decoded and re-encoded,
         # they drift by a token or two from --random-input-len).
         n = round(v["prompt_tokens"])
-        if i == 0:
-            bench.warm_up(client, server, filler)
         cpu = time.process_time()
         c = cookbook_bench(client, server, filler, seeds, streams, n, output_len)
         c["client_cpu_s"] = time.process_time() - cpu
