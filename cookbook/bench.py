@@ -10,8 +10,10 @@ How a request is measured (the same as vLLM's benchmark client, vllm/benchmarks/
 - output tokens: the usage's completion_tokens, counted by the server.
 Prompts are token ids, so their length is exact in the served model's tokenizer; every request gets a
 prompt of its own (no prefix-cache hit between streams or repeats), and `ignore_eos` makes every stream
-produce its full budget. A warm-up request runs first (as `vllm bench serve` does), so the first
-scenario does not pay for the server's first-request compilation.
+produce its full budget. A warm-up request goes right before each measured run, as `vllm bench serve`
+sends its test prompt: an engine that has idled answers its first step late. The streams run on one
+asyncio event loop, as vLLM's client does: with a thread per stream, a thread waiting for the GIL read
+its first token late (the median TTFT came out about 19% longer than vLLM's on the same server).
 
 Scenarios: `short` (streams x max_tokens after a short prompt) gives tokens/s (one stream), aggregate
 tokens/s over the wall time from the first send to the last token and the mean per-stream tokens/s
