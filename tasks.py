@@ -379,3 +379,23 @@ def bench(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale="1", repeats="3"
 
 
 ns.add_task(bench)
+@task(iterable=["only"],
+      help={"recipe": "recipe id or path", "url": "the running server, http://HOST:PORT",
+            "scale": "shrink every long prompt by this factor too (the server's context already scales them)",
+            "out": "folder for smoke.json and smoke.md (default build/smoke/ID)",
+            "only": "run only this check: a row name or a check kind (repeatable)",
+            "dry_run": "list the checks, send nothing"})
+@edge
+def smoke(c, recipe=DEFAULT_RECIPE, url=None, scale=1.0, out=None, only=None, dry_run=False):
+    """Run the recipe's Verified checks against a running server; JSON and Markdown results, exit 1 on a failure."""
+    from pathlib import Path
+
+    from cookbook import smoke as s
+
+    result = s.task(recipe, url, float(scale), Path(out) if out else None, only or (), dry_run)
+    if result is not None and not result.passed:
+        raise Exit(f"smoke checks failed: {', '.join(r['name'] for r in result.rows if r['status'] == 'failed')}",
+                   code=1)
+
+
+ns.add_task(smoke)

@@ -144,3 +144,25 @@ def write(result: Result, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "smoke.json").write_text(json.dumps(result.as_json(), indent=2) + "\n")
     (out_dir / "smoke.md").write_text(markdown(result))
+
+
+def task(recipe: str, url: str | None, scale: float, out: Path | None, only, dry_run: bool) -> Result | None:
+    """`invoke smoke`: load the recipe, check the arguments, then run (or list, with dry_run) its checks."""
+    from .. import progress, recipes
+    from ..paths import ROOT
+
+    loaded = recipes.load(recipe)
+    if not url:
+        raise UsageError("give the server to check: --url http://HOST:PORT")
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(f"--url must be an http(s) URL, not {url!r}")
+    out_dir = out or ROOT / "build" / "smoke" / loaded.id
+    if dry_run:
+        print(f"would check {url} with {loaded.id}'s checks (sized from its /v1/models) into {out_dir}:")
+        for line in plan(loaded, only):
+            print("  " + line)
+        return None
+    result = run(loaded, url, scale=scale, out_dir=out_dir, only=only, progress=progress.say)
+    print(markdown(result), end="")
+    print(f"results: {out_dir / 'smoke.json'}")
+    return result

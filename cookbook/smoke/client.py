@@ -67,7 +67,8 @@ class Server:
     def chat_stream(self, messages: list[dict], **params) -> list[dict]:
         """The chunks of a streamed chat completion (server-sent events), in order."""
         parts = urlsplit(self.url)
-        conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=self.timeout)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = kind(parts.hostname, parts.port, timeout=self.timeout)
         body = json.dumps({"model": self.model, "messages": messages, "stream": True, **params})
         try:
             conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
