@@ -122,7 +122,8 @@ def cpu_server(model_dir: Path, extra_args=(), env: dict | None = None, timeout:
     with log_path.open("w") as log:
         log.write("$ " + " ".join(argv) + "\n")
         log.flush()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=environ, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=environ, start_new_session=True,
+                                preexec_fn=_term_with_parent)
     server = RunningServer(f"http://127.0.0.1:{port}", log_path, proc.pid)
     try:
         deadline = time.monotonic() + timeout
@@ -137,6 +138,13 @@ def cpu_server(model_dir: Path, extra_args=(), env: dict | None = None, timeout:
         yield server
     finally:
         _stop(proc)
+
+
+def _term_with_parent() -> None:
+    """In the child: SIGTERM when the test process dies, even killed (no finally runs then)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -14,7 +14,8 @@ from cookbook.smoke import images, prefix, sizing, tools
 
 
 @pytest.mark.parametrize(("tokens", "said"), [(65536, "65K"), (131072, "131K"), (244000, "244K"),
-                                              (262144, "262K"), (999, "999"), (1000, "1K")])
+                                              (262144, "262K"), (999, "999"), (1000, "1K"),
+                                              (1024, "1K"), (1700, "1.7K"), (9999, "9.9K")])
 def test_k_is_a_thousand_tokens(tokens, said):
     assert sizing.format_k(tokens) == said
 

@@ -17,8 +17,13 @@ K = 1000
 
 
 def format_k(tokens: int) -> str:
-    """65536 -> '65K', 244000 -> '244K', 900 -> '900' (K = 1,000 tokens, rounded down)."""
-    return f"{tokens // K}K" if tokens >= K else str(tokens)
+    """65536 -> '65K', 244000 -> '244K', 1700 -> '1.7K', 900 -> '900' (K = 1,000 tokens, rounded down;
+    a tenth below 10K)."""
+    if tokens < K:
+        return str(tokens)
+    if tokens < 10 * K:
+        return f"{tokens * 10 // K / 10:g}K"
+    return f"{tokens // K}K"
 
 
 def factor(server_context: int, recipe_context: int, scale: float = 1.0) -> float:

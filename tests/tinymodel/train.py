@@ -88,7 +88,7 @@ def conversations(p, rng: random.Random, long: bool = False) -> list[tuple[list,
             "function": {"name": "get_weather", "arguments": {"city": p.CITY}}}
     weather_reply = (f"It is {p.WEATHER_RESULT['temperature_c']} degrees C and "
                      f"{p.WEATHER_RESULT['condition']} in {p.CITY}.")
-    size = rng.randint(40, 100) if long else rng.randint(0, 30)
+    size = rng.randint(40, 130) if long else rng.randint(0, 30)
     out = [([{"role": "user", "content": q}], None, reply("The user asks a short question.", a))
            for q, a in p.KNOWN_ANSWERS]
     out += [
@@ -98,8 +98,10 @@ def conversations(p, rng: random.Random, long: bool = False) -> list[tuple[list,
           {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(p.WEATHER_RESULT)}], [p.WEATHER_TOOL],
          reply("The tool returned the weather.", weather_reply)),
         ([{"role": "user", "content": p.JSON_QUESTION}], None,
-         reply("The user wants JSON.", json.dumps({"city": p.CITY, "temperature_c": p.WEATHER_RESULT["temperature_c"]},
-                                                  separators=(",", ":")))),
+         # JSON straight after </think>: a JSON grammar allows no blank line first, and a tiny model pushed
+         # off its own track would write garbage into the object.
+         reply("The user wants JSON.", "").rstrip("\n") + json.dumps(
+             {"city": p.CITY, "temperature_c": p.WEATHER_RESULT["temperature_c"]}, separators=(",", ":"))),
         ([{"role": "user", "content": haystack(p, rng, size, True) + "\n\n" + p.NEEDLE_QUESTION}], None,
          reply("I look for the secret word.", p.NEEDLE_WORD)),
         ([{"role": "user", "content": p.PLAIN_QUESTION}], None, reply("A greeting.", "Hello! How can I help you?")),
