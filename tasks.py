@@ -379,20 +379,33 @@ def bench(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale="1", repeats="3"
 
 
 ns.add_task(bench)
-@task(iterable=["only"],
-      help={"recipe": "recipe id or path", "url": "the running server, http://HOST:PORT",
+@task(iterable=["only", "env", "option"],
+      help={**{k: v for k, v in SERVE_HELP.items() if k != "log_dir"},
+            "recipe": "recipe id or path", "url": "the running server, http://HOST:PORT",
+            "image": "start this image for the run (as `invoke serve` does), removed afterwards",
             "scale": "shrink every long prompt by this factor too (the server's context already scales them)",
             "out": "folder for smoke.json and smoke.md (default build/smoke/ID)",
             "only": "run only this check: a row name or a check kind (repeatable)",
             "dry_run": "list the checks, send nothing"})
 @edge
-def smoke(c, recipe=DEFAULT_RECIPE, url=None, scale=1.0, out=None, only=None, dry_run=False):
+def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=1.0, out=None, only=None, port=None,
+          runtime="habana", name=None, hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800",
+          dry_run=False):
     """Run the recipe's Verified checks against a running server; JSON and Markdown results, exit 1 on a failure."""
+    import os
     from pathlib import Path
 
+    from cookbook import recipes as r
+    from cookbook import serve
     from cookbook import smoke as s
+    from cookbook.paths import ROOT
 
-    result = s.task(recipe, url, float(scale), Path(out) if out else None, only or (), dry_run)
+    loaded = r.load(recipe)
+    spec = _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, f"cookbook-smoke-{os.getpid()}")
+    log = (Path(out) if out else ROOT / "build" / "smoke" / loaded.id) / "server.log"
+    result = serve.run_against(url, spec, log, serve.number(timeout, "--timeout", float), dry_run,
+                               lambda u: s.task(recipe, u, float(scale), Path(out) if out else None, only or (),
+                                                dry_run))
     if result is not None and not result.passed:
         raise Exit(f"smoke checks failed: {', '.join(r['name'] for r in result.rows if r['status'] == 'failed')}",
                    code=1)

@@ -288,3 +288,19 @@ def target(url: str | None, spec: RunSpec | None, log_path: Path, timeout_s: flo
         return
     with container(spec, log_path, timeout_s) as running:
         yield Target(running.url, spec.image, running.image_id, log_path)
+
+
+def run_against(url: str | None, spec: RunSpec | None, log_path: Path, timeout_s: float, dry_run: bool,
+                work: Callable[[str], object]):
+    """`work(url)` against --url, or against a container of --image started for it and always removed
+    (a dry run prints the `docker run` and lets `work` say the rest)."""
+    if bool(url) == bool(spec):
+        raise UsageError("give exactly one of --url and --image")
+    if spec is None:
+        return work(url)
+    check_spec(spec)
+    if dry_run:
+        print(shown(run_argv(spec)))
+        return work(spec.url)
+    with target(None, spec, log_path, timeout_s) as t:
+        return work(t.url)

@@ -169,7 +169,7 @@ def cpu_recipe_image(docker_engine, made_images, tmp_path_factory):
     return path, built.tags[0], pack
 
 
-def invoke_image(cpu_recipe_image, model_dir, name, *args, timeout=900, popen=False):
+def invoke_image(cpu_recipe_image, model_dir, name, *args, timeout=900, popen=False, task="bench"):
     import os
     import subprocess
     import sys
@@ -181,7 +181,7 @@ def invoke_image(cpu_recipe_image, model_dir, name, *args, timeout=900, popen=Fa
 
     path, tag, pack = cpu_recipe_image
     # No Habana runtime here (--runtime=), no Hub cache (the model is mounted and served by path).
-    cmd = [sys.executable, "-m", "invoke", "bench", "--recipe", str(path), "--image", tag, "--runtime=",
+    cmd = [sys.executable, "-m", "invoke", task, "--recipe", str(path), "--image", tag, "--runtime=",
            "--hf-cache=", "--name", name, "--port", str(free_port()),
            "--env", f"COOKBOOK_MODEL_PATH={cpu_image.MODEL_IN_IMAGE}",
            f"--option=--volume={model_dir}:{cpu_image.MODEL_IN_IMAGE}:ro", *args]
@@ -274,3 +274,14 @@ def test_bench_agrees_with_vllm_bench_serve(tiny_server):  # noqa: F811
         theirs = statistics.median(r[key] for r in runs["vllm"])
         ours = statistics.median(r[key] for r in runs["cookbook"])
         assert abs(ours - theirs) / theirs <= 0.05, (key, ours, theirs, runs)
+
+
+def test_smoke_on_the_recipe_image(cpu_recipe_image, tiny_model, tmp_path):
+    name = f"cookbook-test-smoke-{uuid.uuid4().hex[:8]}"
+    out = invoke_image(cpu_recipe_image, tiny_model, name, "--only", "known-answers", "--only", "tool-call-streamed",
+                       "--only", "health", "--out", str(tmp_path), "--timeout", "600", "--", "--enforce-eager",
+                       task="smoke")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads((tmp_path / "smoke.json").read_text())
+    assert "Application startup complete" in (tmp_path / "server.log").read_text()
+    assert not container_exists(name)
