@@ -244,7 +244,7 @@ def test_image_removed_on_ctrl_c(cpu_recipe_image, tiny_model, tmp_path):
 
 # ---------------------------------------------------------------------------------------------------
 # Trust: `invoke bench`'s code and vLLM's own `vllm bench serve` on the same real CPU server and workload.
-AGREEMENT = {"streams": 32, "input_len": 128, "output_len": 128, "rounds": 5}
+AGREEMENT = {"streams": 32, "input_len": 128, "output_len": 128, "rounds": 7}
 
 
 def test_bench_agrees_with_vllm_bench_serve(tiny_server):  # noqa: F811
@@ -270,10 +270,12 @@ def test_bench_agrees_with_vllm_bench_serve(tiny_server):  # noqa: F811
     for side in runs.values():
         assert len(side) == a["rounds"]
     assert all(abs(v["prompt_tokens"] - a["input_len"]) <= 3 for v in runs["vllm"])  # lengths as asked
-    for key in ("output_tokens_per_s", "median_ttft_s"):
-        theirs = statistics.median(r[key] for r in runs["vllm"])
-        ours = statistics.median(r[key] for r in runs["cookbook"])
-        assert abs(ours - theirs) / theirs <= 0.05, (key, ours, theirs, runs)
+    keys = ("output_tokens_per_s", "median_ttft_s")
+    medians = {k: (statistics.median(r[k] for r in runs["cookbook"]), statistics.median(r[k] for r in runs["vllm"]))
+               for k in keys}
+    apart = {key: abs(ours - theirs) / theirs for key, (ours, theirs) in medians.items()}
+    print(f"cookbook vs vllm bench serve (median of {a['rounds']} rounds): {medians}, apart {apart}")
+    assert max(apart.values()) <= 0.05, f"cookbook vs vllm bench serve medians {medians}, apart {apart}; {runs}"
 
 
 def test_smoke_on_the_recipe_image(cpu_recipe_image, tiny_model, tmp_path):
