@@ -248,7 +248,10 @@ def test_image_removed_on_ctrl_c(cpu_recipe_image, tiny_model, tmp_path):
 
 # ---------------------------------------------------------------------------------------------------
 # Trust: `invoke bench`'s code and vLLM's own `vllm bench serve` on the same real CPU server and workload.
-AGREEMENT = {"streams": 32, "input_len": 128, "output_len": 128, "rounds": 7}
+# The test recipe's server prefills 1,024 tokens a step, so 8 prompts of 128 tokens a step: with 32 streams
+# the median TTFT (between the 16th and 17th first tokens) sits on the boundary of two steps and jumps
+# by a whole step from run to run, whoever measures; with 24 it falls inside the second step.
+AGREEMENT = {"streams": 24, "input_len": 128, "output_len": 128, "rounds": 7}
 
 
 def test_bench_agrees_with_vllm_bench_serve(tiny_server):  # noqa: F811
