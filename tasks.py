@@ -308,20 +308,106 @@ def docs(c, check=False, site=None, dry_run=False):
 ns.add_task(docs)
 
 
-@task(iterable=["only"],
-      help={"recipe": "recipe id or path", "url": "the running server, http://HOST:PORT",
+SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: the recipe's moving tag)",
+              "port": "host port (default: the recipe's image.port)", "runtime": "Docker runtime (default habana; "
+              "'' for Docker's default; device variables only with habana)", "name": "container name",
+              "hf_cache": "host Hugging Face cache mounted at /root/.cache/huggingface ('' for none)",
+              "env": "NAME=VALUE for the container (repeatable; HF_TOKEN always comes from your environment)",
+              "option": "an extra `docker run` option, e.g. --option=--shm-size=8g (repeatable)",
+              "timeout": "seconds to wait for health", "log_dir": "where the container's log is kept",
+              "dry_run": "print the docker run, start nothing"}
+
+
+@task(iterable=["env", "option"], help=SERVE_HELP)
+@edge
+def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", name=None,
+          hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800", log_dir="build/serve",
+          dry_run=False):
+    """Start a recipe's image as the README's Serving section does; wait for health; say where the log is.
+
+    Words after `--` go after the image, appended to the recipe's vLLM flags (`-- --max-num-seqs 16`).
+    """
+    from pathlib import Path
+
+    from cookbook import recipes as r
+    from cookbook import serve as s
+
+    loaded = r.load(recipe)
+    spec = s.spec_for(loaded, image=image, port=s.number(port, "--port") if port else None, runtime=runtime, name=name,
+                      hf_cache=hf_cache, env=s.parse_env(env), options=tuple(option or ()),
+                      args=s.user_args(c.remainder, sys.argv))
+    s.serve(loaded, spec, Path(log_dir), s.number(timeout, "--timeout", float), dry_run)
+
+
+ns.add_task(serve)
+
+
+def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, default_name):
+    """The --image container of smoke and bench: the same `docker run` as `invoke serve`."""
+    from cookbook import serve as s
+
+    if not image:
+        return None
+    return s.spec_for(loaded, image=image, port=s.number(port, "--port") if port else None, runtime=runtime,
+                      name=name or default_name, hf_cache=hf_cache, env=s.parse_env(env),
+                      options=tuple(option or ()), args=s.user_args(c.remainder, sys.argv))
+
+
+@task(iterable=["only", "env", "option"],
+      help={**{k: v for k, v in SERVE_HELP.items() if k != "log_dir"}, "url": "a running server's base URL (http://host:8000)",
+            "image": "start this image for the run (as `invoke serve` does), removed afterwards",
+            "scale": "multiply the recipe's token sizes (small servers: 0.01)", "repeats": "runs of each scenario",
+            "only": "run only this scenario (repeatable)", "out": "folder for bench.json, bench.md, bench.png",
+            "dry_run": "print the sized scenarios (and the docker run), run nothing"})
+@edge
+def bench(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale="1", repeats="3", only=None, out=None, port=None,
+          runtime="habana", name=None, hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800",
+          dry_run=False):
+    """Run the recipe's performance scenarios: tokens/s, TTFT, end to end; JSON, Markdown rows, PNG."""
+    import os
+    from pathlib import Path
+
+    from cookbook import bench as b
+    from cookbook import recipes as r
+    from cookbook import serve as s
+
+    loaded = r.load(recipe)
+    spec = _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, f"cookbook-bench-{os.getpid()}")
+    b.bench(loaded, url, spec, Path(out or f"build/bench/{loaded.id}"), scale=s.number(scale, "--scale", float),
+            repeats=s.number(repeats, "--repeats"), only=only, timeout_s=s.number(timeout, "--timeout", float),
+            dry=dry_run)
+
+
+ns.add_task(bench)
+
+
+@task(iterable=["only", "env", "option"],
+      help={**{k: v for k, v in SERVE_HELP.items() if k != "log_dir"},
+            "recipe": "recipe id or path", "url": "the running server, http://HOST:PORT",
+            "image": "start this image for the run (as `invoke serve` does), removed afterwards",
             "scale": "shrink every long prompt by this factor too (the server's context already scales them)",
             "out": "folder for smoke.json and smoke.md (default build/smoke/ID)",
             "only": "run only this check: a row name or a check kind (repeatable)",
             "dry_run": "list the checks, send nothing"})
 @edge
-def smoke(c, recipe=DEFAULT_RECIPE, url=None, scale=None, out=None, only=None, dry_run=False):
+def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, only=None, port=None,
+          runtime="habana", name=None, hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800",
+          dry_run=False):
     """Run the recipe's Verified checks against a running server; JSON and Markdown results, exit 1 on a failure."""
+    import os
     from pathlib import Path
 
+    from cookbook import recipes as r
+    from cookbook import serve
     from cookbook import smoke as s
+    from cookbook.paths import ROOT
 
-    result = s.task(recipe, url, scale, Path(out) if out else None, only or (), dry_run)
+    loaded = r.load(recipe)
+    spec = _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, f"cookbook-smoke-{os.getpid()}")
+    out_dir = Path(out) if out else ROOT / "build" / "smoke" / loaded.id
+    result = serve.run_against(url, spec, out_dir / "server.log", serve.number(timeout, "--timeout", float), dry_run,
+                               lambda t: s.task(recipe, t.url, scale, out_dir, only or (), dry_run,
+                                                image=t.image, image_id=t.image_id))
     if result is not None and not result.passed:
         raise Exit(f"smoke checks failed: {', '.join(r['name'] for r in result.rows if r['status'] == 'failed')}",
                    code=1)

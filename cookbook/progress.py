@@ -20,3 +20,8 @@ def line(text: str) -> None:
     """A raw line of a child's output (build logs), unformatted."""
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
     sys.stderr.flush()
+
+
+def console() -> Console:
+    """The stderr console, for progress bars beside the messages."""
+    return _console

@@ -38,8 +38,8 @@ def rootfs_tar() -> Path:
     return cache_dir() / "standin" / f"rootfs-{SUITE}.tar"
 
 
-def mmdebstrap_command(out: Path, mirror: str = MIRROR) -> list[str]:
-    return ["mmdebstrap", "--variant=minbase", "--format=tar", "--include=" + ",".join(PACKAGES), "--mode=root",
+def mmdebstrap_command(out: Path, mirror: str = MIRROR, packages: list[str] = PACKAGES) -> list[str]:
+    return ["mmdebstrap", "--variant=minbase", "--format=tar", "--include=" + ",".join(packages), "--mode=root",
             SUITE, str(out), mirror]
 
 

@@ -149,7 +149,7 @@ def invoke_smoke(*args: str):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--url", "ftp://x"], "must be an http"), ([], "give the server"),
+    (["--url", "ftp://x"], "must be an http"), ([], "give exactly one of --url and --image"),
     (["--url", "http://127.0.0.1:9", "--only", "nope"], "--only names no check"),
     (["--url", "http://127.0.0.1:9", "--scale", "abc"], "--scale takes a number"),
     (["--url", "http://127.0.0.1:9", "--scale", "-1"], "--scale must be positive")])

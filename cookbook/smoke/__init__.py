@@ -156,8 +156,10 @@ def parse_scale(text: str | None) -> float:
     return scale
 
 
-def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only, dry_run: bool) -> Result | None:
-    """`invoke smoke`: load the recipe, check the arguments, then run (or list, with dry_run) its checks."""
+def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only, dry_run: bool, *,
+         image: str | None = None, image_id: str | None = None) -> Result | None:
+    """`invoke smoke`: load the recipe, check the arguments, then run (or list, with dry_run) its checks.
+    `image`/`image_id`: the container started for the run (--image), recorded in smoke.json."""
     from .. import progress, recipes
     from ..paths import ROOT
 
@@ -173,7 +175,8 @@ def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only
         for line in plan(loaded, only):
             print("  " + line)
         return None
-    result = run(loaded, url, scale=factor, out_dir=out_dir, only=only, progress=progress.say)
+    result = run(loaded, url, scale=factor, out_dir=out_dir, only=only, progress=progress.say,
+                 target={"url": url, "image": image, "image_id": image_id})
     print(markdown(result), end="")
     print(f"results: {out_dir / 'smoke.json'}")
     return result

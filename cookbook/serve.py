@@ -1,0 +1,306 @@
+"""`invoke serve`: start a recipe's image with the README's `docker run`, wait for health, say where the log is.
+
+One code path for users and for `invoke smoke --image` / `invoke bench --image` (`container`): the argv
+is composed by a pure function (`run_argv`), so what `--dry-run` prints is what runs. Secrets are passed
+by name only (`-e HF_TOKEN`): Docker reads the value from its own environment, so it is never in an
+argv, a dry run or a log line of ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import engine, grammar
+from .errors import CheckFailure, UsageError
+from .progress import console, say
+from .recipes import LoadedRecipe
+
+IMAGE_REPO = "gaudi-cookbook"
+HF_CACHE_IN_IMAGE = "/root/.cache/huggingface"
+# Passed through by name only, when set: the value never leaves Docker's own environment.
+SECRET_ENV = ("HF_TOKEN",)
+GAUDI_RUNTIME = "habana"
+GAUDI_DEVICE_ENV = {"HABANA_VISIBLE_DEVICES": "all"}
+# The README's options beside the runtime: a shared /dev/shm for the engine's processes, and the
+# scheduler priorities vLLM sets on its threads.
+BASE_OPTIONS = ("--ipc=host", "--cap-add=sys_nice")
+NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+# A 27B model loads and compiles for many minutes on a Gaudi; a tiny CPU model in about a minute.
+DEFAULT_TIMEOUT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything `docker run` is given; `run_argv` turns it into the argv."""
+
+    image: str
+    name: str
+    port: int  # on the host
+    container_port: int  # the recipe's image.port: vLLM listens there inside
+    runtime: str | None = GAUDI_RUNTIME  # None or "": Docker's default runtime
+    hf_cache: str | None = "~/.cache/huggingface"
+    env: dict[str, str] = field(default_factory=dict)  # non-secret -e NAME=VALUE
+    pass_env: tuple[str, ...] = SECRET_ENV  # -e NAME: value from the caller's environment
+    options: tuple[str, ...] = ()  # extra docker run options, before the image
+    args: tuple[str, ...] = ()  # after the image: appended to the recipe's vLLM flags
+    health_path: str = "/health"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def default_image(loaded: LoadedRecipe, repo: str = IMAGE_REPO) -> str:
+    """The recipe's moving tag, as `invoke build` tags it (`<repo>/<id>:<release>`)."""
+    return f"{repo}/{loaded.id}:{loaded.recipe.base.vllm_gaudi.version}"
+
+
+def check_spec(spec: RunSpec) -> None:
+    """Refuse what Docker would misread, before anything runs (a dry run too)."""
+    said = grammar.image_ref_problem(spec.image)
+    if said:
+        raise UsageError(f"--image {spec.image!r} is not an image reference: {said}")
+    if not NAME_RE.match(spec.name):
+        raise UsageError(f"--name {spec.name!r} is not a container name", hint="letters, digits, _ . - only")
+    for port in (spec.port, spec.container_port):
+        if not 1 <= port <= 65535:
+            raise UsageError(f"port {port} is not between 1 and 65535")
+    if spec.runtime and not NAME_RE.match(spec.runtime):
+        raise UsageError(f"--runtime {spec.runtime!r} is not a runtime name")
+    for name in spec.env:
+        if name in spec.pass_env or name in SECRET_ENV:
+            raise UsageError(f"{name} is passed through from your environment by name, never as a value")
+
+
+def run_argv(spec: RunSpec) -> list[str]:
+    """The `docker run` arguments (after `docker`) of the README's Serving section, detached and named."""
+    argv = ["run", "--detach", "--name", spec.name]
+    if spec.runtime:
+        argv.append(f"--runtime={spec.runtime}")
+        if spec.runtime == GAUDI_RUNTIME:
+            for k, v in GAUDI_DEVICE_ENV.items():
+                argv += ["-e", f"{k}={v}"]
+    for name in spec.pass_env:
+        argv += ["-e", name]
+    for k, v in spec.env.items():
+        argv += ["-e", f"{k}={v}"]
+    if spec.hf_cache:
+        argv += ["-v", f"{os.path.expanduser(spec.hf_cache)}:{HF_CACHE_IN_IMAGE}"]
+    argv += ["-p", f"{spec.port}:{spec.container_port}", *BASE_OPTIONS, *spec.options, spec.image, *spec.args]
+    return argv
+
+
+def shown(argv: list[str]) -> str:
+    """The command as a shell would take it (quoted), for dry runs and messages."""
+    return shlex.join([engine.client().path if engine_known() else "docker", *argv])
+
+
+def engine_known() -> bool:
+    try:
+        engine.client()
+        return True
+    except Exception:  # no client: still print the command a user would type
+        return False
+
+
+def wait_healthy(url: str, timeout_s: float, alive: Callable[[], bool] = lambda: True,
+                 poll_s: float = 1.0, label: str = "waiting for the server") -> float:
+    """Seconds until `url` answers 200, with a progress bar on stderr; CheckFailure when the time is up
+    or `alive()` says the server is gone (no point waiting for a dead container)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    start = time.monotonic()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  TextColumn(f"of {timeout_s:.0f}s"), transient=True, console=console()) as bar:
+        task = bar.add_task(label, total=timeout_s)
+        while True:
+            elapsed = time.monotonic() - start
+            bar.update(task, completed=min(elapsed, timeout_s))
+            if probe(url):
+                return elapsed
+            if not alive():
+                raise CheckFailure(f"the server stopped before {url} answered")
+            if elapsed >= timeout_s:
+                raise CheckFailure(f"{url} did not answer within {timeout_s:.0f}s")
+            time.sleep(poll_s)
+
+
+def probe(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status == 200
+    except (OSError, ValueError, urllib.error.URLError):
+        return False
+
+
+@dataclass
+class Running:
+    url: str
+    name: str
+    log_path: Path
+    image_id: str
+
+
+def _follow_logs(name: str, log_path: Path) -> subprocess.Popen:
+    """`docker logs -f` into a file, in its own session: it ends when the container is removed, and
+    outlives `invoke serve` (the user's server keeps its log)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as out:
+        return subprocess.Popen([engine.client().path, "logs", "--follow", "--timestamps", name], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _running(name: str) -> bool:
+    out = engine.docker("inspect", "--format", "{{.State.Running}}", name, check=False)
+    return out.returncode == 0 and out.stdout.strip() == "true"
+
+
+def remove(name: str) -> bool:
+    """`docker rm -f NAME`; True when a container was removed (False: there was none)."""
+    out = engine.docker("rm", "--force", name, check=False, timeout=120)
+    return out.returncode == 0
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def start(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Running:
+    """Run the container detached, keep its log in `log_path`, wait for health. On any failure the
+    caller removes it (`container` does; `invoke serve` does too)."""
+    check_spec(spec)
+    engine.require_daemon()
+    say("docker " + shlex.join(run_argv(spec)))
+    engine.docker(*run_argv(spec), timeout=300)
+    follower = _follow_logs(spec.name, log_path)
+    say(f"container {spec.name}: log in {log_path}")
+    try:
+        took = wait_healthy(spec.url + spec.health_path, timeout_s, alive=lambda: _running(spec.name),
+                            label=f"{spec.name}: waiting for {spec.health_path}")
+    except CheckFailure as exc:
+        time.sleep(1)  # the follower flushes the container's last lines
+        raise CheckFailure(f"container {spec.name}: {exc.what}", where=str(log_path),
+                           hint="the log's last lines:\n" + tail(log_path)) from None
+    finally:
+        if follower.poll() is not None and follower.returncode != 0:
+            say(f"warning: `docker logs` for {spec.name} ended with {follower.returncode}")
+    say(f"container {spec.name} healthy after {took:.0f}s at {spec.url}")
+    image_id = engine.docker("inspect", "--format", "{{.Image}}", spec.name).stdout.strip()
+    return Running(spec.url, spec.name, log_path, image_id)
+
+
+@contextlib.contextmanager
+def container(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[Running]:
+    """A healthy container for the length of the block, ALWAYS removed after it: on success, on a
+    server that never becomes healthy, on an error and on Ctrl-C (KeyboardInterrupt)."""
+    try:
+        yield start(spec, log_path, timeout_s)
+    finally:
+        if remove(spec.name):
+            say(f"container {spec.name} removed; its log is in {log_path}")
+
+
+def spec_for(loaded: LoadedRecipe, image: str | None = None, port: int | None = None,
+             runtime: str | None = GAUDI_RUNTIME, name: str | None = None,
+             hf_cache: str | None = "~/.cache/huggingface", env: dict | None = None,
+             options: tuple[str, ...] = (), args: tuple[str, ...] = ()) -> RunSpec:
+    r = loaded.recipe
+    return RunSpec(image=image or default_image(loaded), name=name or f"cookbook-{loaded.id}",
+                   port=port or r.image.port, container_port=r.image.port, runtime=runtime or None,
+                   hf_cache=hf_cache or None, env=dict(env or {}), options=tuple(options), args=tuple(args),
+                   health_path=r.image.health_path)
+
+
+def parse_env(items: list[str] | None) -> dict[str, str]:
+    """`--env NAME=VALUE` (repeatable) into a mapping; the names are checked as environment names."""
+    env = {}
+    for item in items or []:
+        name, eq, value = item.partition("=")
+        said = grammar.problem("env_name", name) if eq else "expected NAME=VALUE"
+        if said:
+            raise UsageError(f"--env {item.split('=')[0]!r}: {said}")
+        env[name] = value
+    return env
+
+
+def serve(loaded: LoadedRecipe, spec: RunSpec, log_dir: Path, timeout_s: float, dry_run: bool) -> Running | None:
+    """`invoke serve`: the container stays up for the user; removed again when it does not get healthy."""
+    check_spec(spec)
+    if dry_run:
+        print(shown(run_argv(spec)))
+        return None
+    log_path = log_dir / f"{spec.name}.log"
+    try:
+        running = start(spec, log_path, timeout_s)
+    except BaseException:
+        remove(spec.name)
+        raise
+    print(f"url      {running.url}")
+    print(f"log      {log_path}")
+    print(f"stop     docker rm -f {spec.name}")
+    return running
+
+
+def user_args(remainder: str, argv: list[str]) -> tuple[str, ...]:
+    """The words after `--`: taken from the program's argv as typed (invoke joins its remainder with
+    spaces, which loses quoting), else split from that remainder."""
+    if "--" in argv:
+        return tuple(argv[argv.index("--") + 1:])
+    return tuple(shlex.split(remainder))
+
+
+def number(value, option: str, kind=int):
+    """A task option's number as typed (invoke passes text), or a UsageError naming the option."""
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{option} takes {'a whole number' if kind is int else 'a number'}, got {value!r}") from None
+
+
+@dataclass
+class Target:
+    """The server a smoke or bench run talks to: a URL given, or a container started for the run."""
+
+    url: str
+    image: str | None = None
+    image_id: str | None = None
+    log_path: Path | None = None
+
+
+@contextlib.contextmanager
+def target(url: str | None, spec: RunSpec | None, log_path: Path, timeout_s: float) -> Iterator[Target]:
+    """--url as given, or --image started with `container` (removed afterwards, whatever happens)."""
+    if spec is None:
+        yield Target(url.rstrip("/"))
+        return
+    with container(spec, log_path, timeout_s) as running:
+        yield Target(running.url, spec.image, running.image_id, log_path)
+
+
+def run_against(url: str | None, spec: RunSpec | None, log_path: Path, timeout_s: float, dry_run: bool,
+                work: Callable[[Target], object]):
+    """`work(target)` against --url, or against a container of --image started for it and always
+    removed (a dry run prints the `docker run` and lets `work` say the rest)."""
+    if bool(url) == bool(spec):
+        raise UsageError("give exactly one of --url and --image")
+    if spec is None:
+        return work(Target(url))
+    check_spec(spec)
+    if dry_run:
+        print(shown(run_argv(spec)))
+        return work(Target(spec.url, spec.image))
+    with target(None, spec, log_path, timeout_s) as t:
+        return work(t)

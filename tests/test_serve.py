@@ -1,0 +1,171 @@
+"""cookbook/serve.py: the `docker run` of the README's Serving section, composed without Docker (table
+driven: runtime and device variables, secrets by name only, quoting), and the container context
+manager on a real engine: the container is removed on success, on a server that never gets healthy
+and on Ctrl-C."""
+
+import os
+import shlex
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from cookbook import engine, recipes, serve
+from cookbook.errors import CheckFailure, UsageError
+from cookbook.paths import ROOT
+
+LOADED = recipes.load("qwen3.5-27b-fp8")
+SECRET = "hf_s3cr3t-value-never-shown"
+
+
+def spec(**kw) -> serve.RunSpec:
+    return serve.spec_for(LOADED, **kw)
+
+
+@pytest.mark.parametrize("kw,has,lacks", [
+    # The README's command, detached and named.
+    ({}, ["--runtime=habana", "-e HABANA_VISIBLE_DEVICES=all", "-e HF_TOKEN",
+          f"-v {os.path.expanduser('~/.cache/huggingface')}:/root/.cache/huggingface", "-p 8000:8000",
+          "--ipc=host", "--cap-add=sys_nice", "--detach --name cookbook-qwen3.5-27b-fp8",
+          "gaudi-cookbook/qwen3.5-27b-fp8:v0.26.0"], []),
+    # No Habana runtime (a CPU image): no runtime flag and no device variables.
+    ({"runtime": ""}, ["-e HF_TOKEN", "--ipc=host"], ["--runtime", "HABANA_VISIBLE_DEVICES"]),
+    ({"runtime": "runc"}, ["--runtime=runc"], ["HABANA_VISIBLE_DEVICES"]),
+    ({"port": 9001, "name": "mine"}, ["-p 9001:8000", "--name mine"], []),
+    ({"hf_cache": ""}, [], ["-v "]),
+    ({"env": {"VLLM_X": "a b"}, "options": ("--shm-size=8g",)}, ["-e 'VLLM_X=a b'", "--shm-size=8g"], []),
+    # User arguments go after the image, quoted as typed.
+    ({"args": ("--max-num-seqs", "16", "--chat-template", "a b")},
+     ["gaudi-cookbook/qwen3.5-27b-fp8:v0.26.0 --max-num-seqs 16 --chat-template 'a b'"], []),
+])
+def test_run_argv(kw, has, lacks, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    argv = serve.run_argv(spec(**kw))
+    line = shlex.join(argv)
+    assert shlex.split(line) == argv  # what a dry run prints is what runs
+    for words in has:
+        assert words in line
+    for words in lacks:
+        assert words not in line
+    assert SECRET not in line
+    # The image comes after every docker option, the user's arguments after the image.
+    image = argv.index(spec(**kw).image)
+    assert all(not a.startswith("-") or a in kw.get("args", ()) for a in argv[image + 1:])
+
+
+@pytest.mark.parametrize("kw,words", [
+    ({"image": "Not An Image"}, "not an image reference"),
+    ({"name": "-x"}, "not a container name"),
+    ({"port": 70000}, "not between 1 and 65535"),
+    ({"runtime": "--privileged"}, "not a runtime name"),
+    ({"env": {"HF_TOKEN": "x"}}, "by name, never as a value"),
+])
+def test_refusals(kw, words):
+    with pytest.raises(UsageError, match=words):
+        serve.check_spec(spec(**kw))
+
+
+@pytest.mark.parametrize("items,expect,error", [
+    (["A=1", "B=x=y"], {"A": "1", "B": "x=y"}, None),
+    (["A"], None, "expected NAME=VALUE"),
+    (["1A=2"], None, "1A"),
+])
+def test_parse_env(items, expect, error):
+    if error:
+        with pytest.raises(UsageError, match=error):
+            serve.parse_env(items)
+    else:
+        assert serve.parse_env(items) == expect
+
+
+@pytest.mark.parametrize("remainder,argv,expect", [
+    ("--a 'b c'", ["invoke", "serve", "--", "--a", "b c"], ("--a", "b c")),  # argv as typed wins
+    ("--a 'b c'", ["python"], ("--a", "b c")),
+    ("", ["invoke", "serve"], ()),
+])
+def test_user_args(remainder, argv, expect):
+    assert serve.user_args(remainder, argv) == expect
+
+
+def test_dry_run_prints_the_command_without_the_token():
+    env = {**os.environ, "HF_TOKEN": SECRET, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "invoke", "serve", "--dry-run", "--port", "8123", "--",
+                          "--max-num-seqs", "4"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "-e HF_TOKEN " in out.stdout and "-p 8123:8000" in out.stdout and out.stdout.rstrip().endswith(
+        "--max-num-seqs 4")
+    assert SECRET not in out.stdout + out.stderr
+
+
+# On the engine: a Debian rootfs container with python3's http.server stands for a server (a file named
+# `health` answers 200); the vLLM container of test_bench.py goes through the same code.
+HEALTHY = "mkdir -p /srv && echo ok > /srv/health && cd /srv && exec python3 -m http.server {port}"
+NEVER = "cd /tmp && exec python3 -m http.server {port}"  # /health is a 404 for ever
+
+
+@pytest.fixture(scope="module")
+def rootfs(docker_engine):
+    from cookbook import standin
+
+    if not engine.image_exists(standin.ROOTFS_IMAGE):
+        try:
+            standin.ensure_rootfs_image()
+        except Exception as exc:  # no mmdebstrap, no Debian mirror
+            from .conftest import unavailable
+
+            unavailable(f"no Debian rootfs image for a test container: {exc}")
+    return standin.ROOTFS_IMAGE
+
+
+def http_spec(image: str, script: str, port: int) -> serve.RunSpec:
+    return serve.RunSpec(image=image, name=f"cookbook-test-serve-{uuid.uuid4().hex[:8]}", port=port,
+                         container_port=port, runtime="", hf_cache=None,
+                         options=("--entrypoint", "sh"), args=("-c", script.format(port=port)))
+
+
+def exists(name: str) -> bool:
+    return engine.docker("inspect", name, check=False).returncode == 0
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_container_removed_after_use(rootfs, tmp_path):
+    s = http_spec(rootfs, HEALTHY, free_port())
+    with serve.container(s, tmp_path / "log.txt", timeout_s=60) as running:
+        assert exists(s.name) and serve.probe(running.url + "/health")
+        assert running.image_id.startswith("sha256:")
+    assert not exists(s.name)
+    assert "GET /health" in (tmp_path / "log.txt").read_text()  # the container's log was kept
+
+
+def test_container_removed_when_never_healthy(rootfs, tmp_path):
+    s = http_spec(rootfs, NEVER, free_port())
+    with pytest.raises(CheckFailure, match="did not answer within 3s"):
+        with serve.container(s, tmp_path / "log.txt", timeout_s=3):
+            pytest.fail("never healthy, never entered")
+    assert not exists(s.name)
+
+
+def test_container_removed_when_it_dies(rootfs, tmp_path):
+    s = http_spec(rootfs, "echo dying; exit 3", free_port())
+    with pytest.raises(CheckFailure, match="stopped before") as info:
+        with serve.container(s, tmp_path / "log.txt", timeout_s=60):
+            pass
+    assert "dying" in str(info.value)  # the log's tail is in the message
+    assert not exists(s.name)
+
+
+def test_container_removed_on_ctrl_c(rootfs, tmp_path):
+    s = http_spec(rootfs, HEALTHY, free_port())
+    with pytest.raises(KeyboardInterrupt):
+        with serve.container(s, tmp_path / "log.txt", timeout_s=60):
+            assert exists(s.name)
+            raise KeyboardInterrupt
+    assert not exists(s.name)
