@@ -14,7 +14,6 @@ Debian packages, this layout), so an unchanged input is never built twice.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from . import engine, render, standin
 from .errors import BuildError
+from .fixes import fixplan
 from .paths import ROOT, cache_dir
 from .progress import say
 
@@ -70,11 +70,8 @@ def vllm_version(site: Path) -> str:
 
 
 def key(lock: bytes, packages: list[str] = PACKAGES) -> str:
-    h = hashlib.sha256()
-    for part in (lock, ",".join(packages).encode(), LAYOUT_VERSION.encode(), DOCKERFILE.encode(),
-                 VLLM_SCRIPT.encode()):
-        h.update(hashlib.sha256(part).digest())
-    return h.hexdigest()[:12]
+    parts = (lock, ",".join(packages).encode(), LAYOUT_VERSION.encode(), DOCKERFILE.encode(), VLLM_SCRIPT.encode())
+    return fixplan.sha256_bytes("".join(fixplan.sha256_bytes(p) for p in parts).encode())[:12]
 
 
 def image_for(k: str) -> str:
@@ -82,7 +79,7 @@ def image_for(k: str) -> str:
 
 
 def rootfs_image() -> str:
-    return f"gaudi-cookbook/vllm-cpu-rootfs:{hashlib.sha256(','.join(PACKAGES).encode()).hexdigest()[:12]}"
+    return f"gaudi-cookbook/vllm-cpu-rootfs:{fixplan.sha256_bytes(','.join(PACKAGES).encode())[:12]}"
 
 
 def ensure_rootfs_image() -> str:

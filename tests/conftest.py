@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cookbook.paths import RECIPES, ROOT
+from cookbook import fixes
+from cookbook.paths import FIXES, RECIPES, ROOT
 
 REFERENCE = RECIPES / "Qwen" / "Qwen3.5-27B-FP8" / "recipe.yaml"
 DELETE = object()
@@ -150,3 +151,15 @@ def hostile_image(docker_engine, upstream_cache, made_images, tmp_path_factory):
 # The real vLLM CPU server of the tiny test model, one for the whole session (tests/cpu_server.py);
 # imported here so that every test module shares the one start.
 from .cpu_server import tiny_server  # noqa: E402, F401
+
+
+@pytest.fixture
+def lacking_gdn(tmp_path, monkeypatch):
+    """The real pack without gdn-prefix-cache's folder: every fix the recipes select is written now,
+    so the unwritten path is shown on a pack that lacks one of them."""
+    pack = tmp_path / "fixes"
+    shutil.copytree(FIXES, pack, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.rmtree(pack / "gdn-prefix-cache")
+    fixes.write_index(fixes_dir=pack)
+    monkeypatch.setenv("COOKBOOK_FIXES_DIR", str(pack))
+    return pack

@@ -251,7 +251,10 @@ def test_image_removed_on_ctrl_c(cpu_recipe_image, tiny_model, tmp_path):
 # The test recipe's server prefills 1,024 tokens a step, so 8 prompts of 128 tokens a step: with 32 streams
 # the median TTFT (between the 16th and 17th first tokens) sits on the boundary of two steps and jumps
 # by a whole step from run to run, whoever measures; with 24 it falls inside the second step.
-AGREEMENT = {"streams": 24, "input_len": 128, "output_len": 128, "rounds": 7}
+# One stream, 8 requests a round: one request at a time, a TTFT is one prefill step. With 24 streams
+# at once a TTFT is the request's place among batched prefill steps, which depends on how each
+# client's requests happen to arrive: the medians came 2% to 17% apart from one CI run to the next.
+AGREEMENT = {"streams": 1, "prompts": 8, "input_len": 128, "output_len": 128, "rounds": 5}
 
 
 def test_bench_agrees_with_vllm_bench_serve(tiny_server):  # noqa: F811
@@ -269,9 +272,9 @@ def test_bench_agrees_with_vllm_bench_serve(tiny_server):  # noqa: F811
     python = cpubase.vllm_env() / "bin" / "python"
     model = bench.server_info(bench.Client(tiny_server.url)).model
     a = AGREEMENT
+    numbers = [str(a[k]) for k in ("streams", "prompts", "input_len", "output_len", "rounds")]
     out = subprocess.run([str(python), str(Path(__file__).with_name("bench_agreement.py")), tiny_server.url, model,
-                          str(tiny_model_dir()), str(a["streams"]), str(a["input_len"]), str(a["output_len"]),
-                          str(a["rounds"])], capture_output=True, text=True, timeout=900)
+                          str(tiny_model_dir()), *numbers], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     runs = json.loads(out.stdout.strip().splitlines()[-1])
     for side in runs.values():

@@ -258,8 +258,9 @@ def test_the_task_refuses_a_standin_image_with_every_reason(publishable, pack, a
     assert auth_registry.tags("refused/publish-test") == []
 
 
-def test_the_real_recipe_standin_build_is_refused(publishable, auth_registry):
-    """The stand-in build of qwen3.5-27b-fp8 itself: stand-in, fixes not written, no base digest."""
+def test_the_real_recipe_standin_build_is_refused(publishable, auth_registry, lacking_gdn):
+    """The stand-in build of qwen3.5-27b-fp8 itself, on a pack lacking gdn-prefix-cache: stand-in,
+    fixes not written, no base digest."""
     built = steps.build_recipe("qwen3.5-27b-fp8", use_standin=True, repo=TEST_REPO)
     out = invoke("publish", "--recipe", "qwen3.5-27b-fp8", "--registry", f"{auth_registry.host}/real",
                  "--standin", "--repo", TEST_REPO)

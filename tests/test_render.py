@@ -305,8 +305,9 @@ def test_the_fix_step_is_exec_form():
     files = files_for("qwen3.5-27b-fp8")
     run = next(s for s in _dockerfile(files).structure if s["instruction"] == "RUN")
     argv = json.loads(run["value"])
-    assert argv[:2] == ["env", "PT_HPU_LAZY_MODE=0"] and argv[2:5] == ["python3", "-B",
-                                                                          "/opt/cookbook/fixes/apply_all.py"]
+    # The fixes' env guards (gdn-prefix-cache: VLLM_COMPACT_GDN=1) hold while they apply.
+    assert argv[:3] == ["env", "PT_HPU_LAZY_MODE=0", "VLLM_COMPACT_GDN=1"]
+    assert argv[3:6] == ["python3", "-B", "/opt/cookbook/fixes/apply_all.py"]
 
 
 def test_a_port_other_than_vllms_default_reaches_vllm_serve(recipe_tree):
@@ -432,15 +433,16 @@ def test_base_as_built_in_manifest_and_labels():
     assert f'cookbook.base.id="{image_id}"'.encode() in files["Dockerfile"]
 
 
-@pytest.mark.parametrize("use_standin,allow,publishable", [(False, False, "false"), (False, True, "false"),
+@pytest.mark.parametrize("use_standin,allow,publishable", [(False, False, "true"), (False, True, "true"),
                                                            (True, False, "false")])
-def test_unpublishable_images_say_so(use_standin, allow, publishable):
-    """No fix is written yet, so no image of the reference recipe may be published."""
+def test_only_real_base_builds_of_the_written_pack_are_publishable(use_standin, allow, publishable):
+    """Every fix the reference recipe selects is written: its real-base image may be published
+    (--allow-unwritten-fixes is then moot, and recorded); a stand-in image may not."""
     loaded = recipes.load("qwen3.5-27b-fp8")
     base = standin.base("v0.26.0") if use_standin else render.vault_base(loaded)
     files = render.context_files(loaded, base, allow_unwritten=allow)
     m = json.loads(files["manifest.json"])
-    assert m["publishable"] is False and m["allow_unwritten_fixes"] is allow
+    assert m["publishable"] is (publishable == "true") and m["allow_unwritten_fixes"] is allow
     assert f'cookbook.publishable="{publishable}"'.encode() in files["Dockerfile"]
     assert f'cookbook.allow-unwritten-fixes="{str(allow).lower()}"'.encode() in files["Dockerfile"]
 

@@ -1,27 +1,12 @@
 """The pipeline steps' decisions before any engine call: a real-base build refuses unwritten fixes
 unless told it is development, marks what it cannot publish, and warns about a base it cannot pin."""
 
-import shutil
-
 import pytest
 
 from cookbook import fixes, recipes, steps
 from cookbook.errors import BuildError
-from cookbook.paths import FIXES
 
 RID = "qwen3.5-27b-fp8"
-
-
-@pytest.fixture
-def lacking_gdn(tmp_path, monkeypatch):
-    """The real pack without gdn-prefix-cache's folder: every fix the recipes select is written now,
-    so the unwritten path is shown on a pack that lacks one of them."""
-    pack = tmp_path / "fixes"
-    shutil.copytree(FIXES, pack, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.rmtree(pack / "gdn-prefix-cache")
-    fixes.write_index(fixes_dir=pack)
-    monkeypatch.setenv("COOKBOOK_FIXES_DIR", str(pack))
-    return pack
 
 
 def test_real_base_build_refuses_unwritten_fixes_with_the_list(lacking_gdn):
