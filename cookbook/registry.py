@@ -31,8 +31,20 @@ TIMEOUT_S = 600
 SETUP_HINT = "run scripts/publish-tools.sh (Debian's skopeo)"
 
 # skopeo's words for "this tag is not there" and "these credentials are refused".
-NOT_FOUND = re.compile(r"manifest unknown|name unknown|not found|404", re.I)
-DENIED = re.compile(r"unauthorized|authentication required|invalid username/password|denied|401|403", re.I)
+# Status codes only where they stand alone: digests, attachment tags (sha256-<hex>.sbom) and ports
+# in skopeo's messages may hold "401", "403" or "404".
+NOT_FOUND = re.compile(r"manifest unknown|name unknown|not found|(?<![0-9a-z])404(?![0-9a-z])", re.I)
+DENIED = re.compile(r"unauthorized|authentication required|invalid username/password|denied"
+                    r"|(?<![0-9a-z])40[13](?![0-9a-z])", re.I)
+
+
+def classify(err: str) -> str | None:
+    """What a failed skopeo call's stderr says: "denied", "not found" or None (pure)."""
+    if DENIED.search(err):
+        return "denied"
+    if NOT_FOUND.search(err):
+        return "not found"
+    return None
 
 
 def plain_http(host: str) -> bool:
@@ -153,11 +165,12 @@ class Registry:
         if out.returncode == 0:
             return out
         err = self.creds.scrub(out.stderr.strip())
-        if DENIED.search(err):
+        said = classify(err)
+        if said == "denied":
             raise PublishError(f"{what}: the registry {self.host} refused the credentials from {self.creds.source}",
                                hint=f"check them with `docker login {self.host}`, or set {USER_ENV} and "
                                     f"{PASSWORD_ENV}")
-        if not_found_ok and NOT_FOUND.search(err):
+        if not_found_ok and said == "not found":
             return None
         raise PublishError(f"{what}: {err.splitlines()[-1] if err else 'skopeo failed'}")
 

@@ -69,3 +69,20 @@ def test_docker_config_is_used_where_no_env_credentials(tmp_path):
         assert creds.authfile == tmp_path / "config.json" and str(tmp_path) in creds.source
     with registry.credentials("ghcr.io", {"HOME": str(tmp_path / "nobody")}) as creds:
         assert creds.authfile is None and "anonymous" in creds.source
+
+
+@pytest.mark.parametrize("err,said", [
+    ("reading manifest x in 127.0.0.1:5000/team/p: manifest unknown", "not found"),
+    ("initializing source docker://h/p:t: invalid status code from registry 404 (Not Found)", "not found"),
+    ("unauthorized: authentication required", "denied"),
+    ("requested access to the resource is denied", "denied"),
+    ("invalid status code from registry 403 (Forbidden)", "denied"),
+    ("received unexpected HTTP status: 401 Unauthorized", "denied"),
+    # Seen in CI: an attachment tag whose digest begins with 403 read as a refusal.
+    ("reading manifest sha256-403294889af5993d03196e5b18c5c3b84655956fdb6e8223eef37d638fc81491.sbom in "
+     "127.0.0.1:43769/team/publish-test: manifest unknown", "not found"),
+    ("manifest unknown at 127.0.0.1:40312/team/p@sha256:0a4019f3e4d401", "not found"),
+    ("pinging container registry 127.0.0.1:40412: connection refused", None),
+])
+def test_classify_reads_status_codes_only_where_they_stand_alone(err, said):
+    assert registry.classify(err) == said
