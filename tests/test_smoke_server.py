@@ -36,25 +36,18 @@ def test_scaled_suite_passes(tiny_server, tmp_path):
     assert rows["health-after"]["result"] == "healthy, no restarts"
 
 
-def test_logit_bias_ignored_fails(tiny_server, tmp_path):
-    with breaking_proxy(tiny_server.url, strip_logit_bias=True) as url:
-        result = smoke.run(tiny_recipe(), url, out_dir=tmp_path, only=["logit-bias"])
-    assert statuses(result) == {"logit-bias": "failed"}
-    assert "no effect" in result.rows[0]["result"]
-
-
-def test_death_after_prompt_logprobs_fails(tiny_server, tmp_path):
-    with breaking_proxy(tiny_server.url, die_after_prompt_logprobs=True) as url:
-        result = smoke.run(tiny_recipe(), url, out_dir=tmp_path, only=["prompt-logprobs", "health"])
-    assert statuses(result) == {"prompt-logprobs": "failed", "health-after": "failed"}
-    assert "/health failed" in result.rows[0]["result"]
-
-
-def test_restarted_server_fails_health(tiny_server, tmp_path):
-    with breaking_proxy(tiny_server.url, restart_after_metrics=True) as url:
-        result = smoke.run(tiny_recipe(), url, out_dir=tmp_path, only=["health"])
-    assert statuses(result) == {"health-after": "failed"}
-    assert "restarted" in result.rows[0]["result"]
+@pytest.mark.parametrize(("breakage", "only", "failed", "said"), [
+    ("strip_logit_bias", ["logit-bias"], {"logit-bias": "failed"}, "no effect"),
+    ("die_after_prompt_logprobs", ["prompt-logprobs", "health"],
+     {"prompt-logprobs": "failed", "health-after": "failed"}, "/health failed"),
+    ("restart_after_metrics", ["health"], {"health-after": "failed"}, "restarted"),
+])
+def test_a_proxy_that_breaks_a_property_fails_its_check(tiny_server, tmp_path, breakage, only, failed, said):
+    """logit_bias ignored, an engine that dies after prompt_logprobs, a server that restarts."""
+    with breaking_proxy(tiny_server.url, **{breakage: True}) as url:
+        result = smoke.run(tiny_recipe(), url, out_dir=tmp_path, only=only)
+    assert statuses(result) == failed
+    assert said in result.rows[0]["result"]
 
 
 def test_task_exits_1_on_a_failure_and_0_on_a_pass(tiny_server, tmp_path):
