@@ -2,7 +2,9 @@
 trust test: on the same real CPU vLLM server and workload, `invoke bench`'s code agrees with vLLM's own
 `vllm bench serve` within 5% on output tokens/s and median time to first token."""
 
+import contextlib
 import json
+import os
 import uuid
 
 import pytest
@@ -247,25 +249,52 @@ def test_image_removed_on_ctrl_c(cpu_recipe_image, tiny_model, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Trust: `invoke bench`'s code and vLLM's own `vllm bench serve` on the same real CPU server and workload.
-# The test recipe's server prefills 1,024 tokens a step, so 8 prompts of 128 tokens a step: with 32 streams
-# the median TTFT (between the 16th and 17th first tokens) sits on the boundary of two steps and jumps
-# by a whole step from run to run, whoever measures; with 24 it falls inside the second step.
-# One stream, 8 requests a round: one request at a time, a TTFT is one prefill step. With 24 streams
-# at once a TTFT is the request's place among batched prefill steps, which depends on how each
-# client's requests happen to arrive: the medians came 2% to 17% apart from one CI run to the next.
-AGREEMENT = {"streams": 1, "prompts": 8, "input_len": 128, "output_len": 128, "rounds": 5}
+# Trust: `invoke bench`'s code and vLLM's own `vllm bench serve` on the same real CPU server and workload,
+# side by side (tests/bench_agreement.py says why not in turns): one stream each, vLLM's 12 requests of
+# 128 tokens in and out per round, three rounds.
+AGREEMENT = {"streams": 1, "prompts": 12, "input_len": 128, "output_len": 128, "rounds": 3}
+CLIENT_CPUS = (os.sched_getaffinity(0) - {0}) or {0}
 
 
-# Not reliably met here (issue 11 stays open on it): over five runs on 2 shared cores on 2026-12-03 the
-# cookbook's median TTFT came 1.9% to 7.5% below vllm bench serve's, every time (its client, aiohttp
-# with more CPU per request, shares the two cores with the server), and tokens/s 0.8% to 6% apart in
-# either direction. Kept running, so the figures stay in the log and a pass shows as XPASS.
-@pytest.mark.xfail(strict=False, reason="agreement within 5% not reliable on 2 shared cores (see above)")
+def threads_of(pid: int) -> list[int]:
+    """Every thread of a process and of its descendants."""
+    from pathlib import Path
+
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out += [int(t.name) for t in Path(f"/proc/{p}/task").glob("*")]
+        for t in Path(f"/proc/{p}/task").glob("*/children"):
+            todo += [int(c) for c in t.read_text().split()]
+    return out
+
+
+@contextlib.contextmanager
+def pinned(pid: int, cpus: set[int]):
+    """A process tree's threads on `cpus` for a while, then back where each was."""
+    before = {}
+    for t in threads_of(pid):
+        with contextlib.suppress(OSError):
+            before[t] = os.sched_getaffinity(t)
+            os.sched_setaffinity(t, cpus)
+    try:
+        yield
+    finally:
+        for t, was in before.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(t, was)
+
+
+# Side by side on 2026-12-03: output tokens/s 0.3-1% apart (ratios 1.003, 1.003, 0.991 in one run,
+# medians 1.007 and 0.995 in two test runs); median TTFT within 5% too but with a margin of 1-2 points
+# only (medians 0.966 by hand, 1.037 and 1.043 in two test runs). The cause of those 3-4 points is not proven (the
+# prompt's text moves it: see tests/bench_agreement.py), so the 5% on TTFT is not yet called reliable
+# (issue 11 stays open on it); the test runs, the figures stay in the log, and a pass shows as XPASS.
+@pytest.mark.xfail(strict=False, reason="TTFT within 5% by 1-2 points only; the 3-4 points not yet explained")
 def test_bench_agrees_with_vllm_bench_serve(tiny_server):  # noqa: F811
-    """Within 5% on output tokens/s and median TTFT: the medians over alternating rounds (a round of each
-    in turn, so that other load on the machine falls on both alike), vLLM's random dataset against
-    the cookbook's token prompts of the very length vLLM's prompts came to, same concurrency, ignore_eos."""
+    """Within 5% on output tokens/s and median TTFT, the median over rounds of each round's ratio: both
+    clients on the same server at the same time, the cookbook's requests counted inside vLLM's benchmark
+    window; vLLM's random dataset against the cookbook's token prompts of the same length, ignore_eos."""
     import statistics
     import subprocess
     from pathlib import Path
@@ -278,15 +307,20 @@ def test_bench_agrees_with_vllm_bench_serve(tiny_server):  # noqa: F811
     model = bench.server_info(bench.Client(tiny_server.url)).model
     a = AGREEMENT
     numbers = [str(a[k]) for k in ("streams", "prompts", "input_len", "output_len", "rounds")]
-    out = subprocess.run([str(python), str(Path(__file__).with_name("bench_agreement.py")), tiny_server.url, model,
-                          str(tiny_model_dir()), *numbers], capture_output=True, text=True, timeout=900)
+    # The server (API process and engine) on core 0, the two clients on the others: a client's CPU then
+    # slows neither the server nor, through it, the other client (unpinned, the rounds' ratios spread
+    # from 0.67 to 1.06).
+    with pinned(tiny_server.pid, {0}):
+        out = subprocess.run([str(python), str(Path(__file__).with_name("bench_agreement.py")), tiny_server.url,
+                              model, str(tiny_model_dir()), *numbers], capture_output=True, text=True, timeout=900,
+                             preexec_fn=lambda: os.sched_setaffinity(0, CLIENT_CPUS))
     assert out.returncode == 0, out.stderr[-3000:]
     runs = json.loads(out.stdout.strip().splitlines()[-1])
     for side in runs.values():
         assert len(side) == a["rounds"]
     assert all(abs(v["prompt_tokens"] - a["input_len"]) <= 3 for v in runs["vllm"])  # lengths as asked
-    # Each round's two runs go back to back, so their ratio cancels what drifts between rounds (a whole
-    # round ran 25% faster on both sides once); the median of the ratios is the agreement.
+    # Each round's two sides ran at once, so their ratio cancels what drifts between rounds (one client
+    # alone went from 108 to 186 tokens/s within half a minute); the median of the ratios is the agreement.
     keys = ("output_tokens_per_s", "median_ttft_s")
     ratios = {k: statistics.median(c[k] / v[k] for c, v in zip(runs["cookbook"], runs["vllm"], strict=True))
               for k in keys}
