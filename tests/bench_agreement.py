@@ -121,7 +121,7 @@ def one_round(url, model, tokenizer, streams, prompts, input_len, output_len, se
                      "prompt_tokens": statistics.mean(r["input_lens"]), "requests": r["completed"],
                      "client_cpu_s": vllm_cpu},
             "cookbook": {"output_tokens_per_s": m["aggregate_tokens_per_s"], "median_ttft_s": m["median_ttft_s"],
-                         "prompt_tokens": statistics.mean(m["prompt_tokens"]), "requests": len(counted),
+                         "prompt_tokens": statistics.mean(t.prompt_tokens for t in counted), "requests": len(counted),
                          "client_cpu_s": side["client_cpu_s"]}}
 
 
