@@ -3,19 +3,21 @@
 
 How a request is measured (the same as vLLM's benchmark client, vllm/benchmarks/lib/endpoint_request_func.py):
 - streamed /v1/completions, `stream_options.include_usage`, the clock started just before the request is
-  sent (connection included);
+  sent, on HTTP/1.1 keep-alive connections reused from request to request as vLLM's aiohttp client reuses
+  them (a new connection per request put the connect and the server's accept inside every TTFT);
 - time to first token: the first streamed chunk that carries a choice, whatever its text (a special token
   or half a UTF-8 character streams as an empty text, and is still the first token);
 - end to end: to the last chunk that carries a choice (not the usage chunk or `[DONE]`);
 - output tokens: the usage's completion_tokens, counted by the server.
-Prompts are built as token ids, so their length is exact in the served model's tokenizer, and sent as
-the text they decode to when it tokenizes back to the same ids (the server then tokenizes them as it does
-`vllm bench serve`'s text prompts: sending ids skipped that and made TTFT about 8% shorter); every
-request gets a prompt of its own (no prefix-cache hit between streams or repeats), and `ignore_eos` makes every stream
-produce its full budget. A warm-up request goes right before each measured run, as `vllm bench serve`
-sends its test prompt: an engine that has idled answers its first step late. The streams run on one
-asyncio event loop, as vLLM's client does: with a thread per stream, a thread waiting for the GIL read
-its first token late (the median TTFT came out about 19% longer than vLLM's on the same server).
+Prompts are built as token ids, so their length is exact in the served model's tokenizer, and sent as the
+text they decode to when it tokenizes back to the same ids (the server then tokenizes them as it does
+`vllm bench serve`'s text prompts: sending ids skipped that and made TTFT about 8% shorter); every request
+gets a prompt and a `cache_salt` of its own (no prefix-cache hit between streams, repeats or runs), and
+`ignore_eos` makes every stream produce its full budget. A warm-up request goes right before each measured
+run, on the same connections, as `vllm bench serve` sends its test prompt: an engine that has idled
+answers its first step late. The streams run on one asyncio event loop, as vLLM's client does: with a
+thread per stream, a thread waiting for the GIL read its first token late (the median TTFT came out about
+19% longer than vLLM's on the same server).
 
 Scenarios: `short` (streams x max_tokens after a short prompt) gives tokens/s (one stream), aggregate
 tokens/s over the wall time from the first send to the last token and the mean per-stream tokens/s
@@ -26,18 +28,18 @@ end of the answer (seconds_to_answer). Sizes: the recipe's, times --scale, withi
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import math
 import statistics
 import time
-import urllib.parse
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from .errors import CheckFailure, UsageError
+from .openai_client import Connections, Server, ServerError, check_url
 from .progress import say
 from .recipes import LoadedRecipe
 from .schema import Scenario
@@ -91,24 +93,13 @@ class Timing:
     latency: float = 0.0  # to the last chunk with a choice
     output_tokens: int = 0
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the server took from its prefix cache (when it says)
     text: str = ""
     error: str | None = None
 
     @property
     def end(self) -> float:
         return self.start + self.latency
-
-
-def sse_events(lines):
-    """`data:` payloads of a server-sent event stream (comments and blank lines skipped), `[DONE]` ends it."""
-    for raw in lines:
-        line = raw.decode("utf-8", "replace").strip() if isinstance(raw, bytes) else raw.strip()
-        if not line or line.startswith(":") or not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
-        yield json.loads(data)
 
 
 def chunk_text(choice: dict) -> str:
@@ -130,127 +121,30 @@ def take(timing: Timing, event: dict, now: float) -> None:
     if usage:
         timing.output_tokens = usage.get("completion_tokens") or 0
         timing.prompt_tokens = usage.get("prompt_tokens") or 0
+        timing.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
 
 
-def record(timing: Timing, events, clock=time.perf_counter) -> Timing:
-    """Fill a Timing from a request's events as they arrive (the clock read at each one)."""
-    for event in events:
-        take(timing, event, clock())
+def finish(timing: Timing) -> Timing:
+    """A request whose stream ended: without a chunk that carried a token it failed."""
     if not timing.latency:
         timing.error = timing.error or "no chunk with a token came back"
     return timing
 
 
-async def _body(reader: asyncio.StreamReader, chunked: bool):
-    """The response body as it arrives: HTTP/1.1 chunks decoded, or raw reads to the end."""
-    if not chunked:
-        while data := await reader.read(65536):
-            yield data
-        return
-    while True:
-        size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
-        if size == 0:
-            return
-        data = await reader.readexactly(size)
-        await reader.readexactly(2)
-        yield data
+async def timed(conns: Connections, path: str, body: dict) -> Timing:
+    """One streamed POST, each event timed on arrival; the clock starts before the request is sent (a
+    kept-alive connection's, as vLLM's client reuses them)."""
+    timing = Timing(start=time.perf_counter())
+    try:
+        async for now, event in conns.events(path, body):
+            take(timing, event, now)
+    except ServerError as exc:
+        timing.error = str(exc)
+    return finish(timing)
 
 
-class Client:
-    """A server's OpenAI API over plain HTTP (one connection per request, as a benchmark client opens)."""
-
-    def __init__(self, url: str):
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise UsageError(f"--url {url!r} is not an http(s) URL")
-        self.url = url.rstrip("/")
-        self.parsed = parsed
-
-    def _conn(self, timeout: float):
-        cls = http.client.HTTPSConnection if self.parsed.scheme == "https" else http.client.HTTPConnection
-        return cls(self.parsed.hostname, self.parsed.port, timeout=timeout)
-
-    def post(self, path: str, body: dict, timeout: float = 120):
-        return self._request("POST", path, json.dumps(body), timeout)
-
-    def get(self, path: str, timeout: float = 30):
-        return self._request("GET", path, None, timeout)
-
-    def _request(self, method: str, path: str, body: str | None, timeout: float):
-        conn = self._conn(timeout)
-        try:
-            conn.request(method, self.parsed.path.rstrip("/") + path, body,
-                         {"Content-Type": "application/json"} if body is not None else {})
-            resp = conn.getresponse()
-            data = resp.read()
-        except OSError as exc:
-            raise CheckFailure(f"{self.url}{path}: {exc}") from None
-        finally:
-            conn.close()
-        if resp.status != 200:
-            raise CheckFailure(f"{self.url}{path} answered {resp.status}: {data[:300]!r}")
-        return json.loads(data)
-
-    async def astream(self, path: str, body: dict) -> Timing:
-        """A streamed POST on an asyncio connection (HTTP/1.1, chunked), each event timed on arrival."""
-        timing = Timing(start=time.perf_counter())
-        host, port = self.parsed.hostname, self.parsed.port or (443 if self.parsed.scheme == "https" else 80)
-        payload = json.dumps(body).encode()
-        head = (f"POST {self.parsed.path.rstrip('/')}{path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n")
-        writer = None
-        try:
-            reader, writer = await asyncio.open_connection(host, port, ssl=self.parsed.scheme == "https",
-                                                           limit=2**24)
-            writer.write(head.encode() + payload)
-            await writer.drain()
-            status = (await reader.readline()).split(b" ", 2)
-            headers = {}
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                k, _, v = line.decode("latin-1").partition(":")
-                headers[k.strip().lower()] = v.strip().lower()
-            if len(status) < 2 or status[1] != b"200":
-                timing.error = f"HTTP {b' '.join(status[1:]).decode(errors='replace').strip()}: " + \
-                    (await reader.read(300)).decode(errors="replace")
-                return timing
-            buf = b""
-            async for data in _body(reader, headers.get("transfer-encoding") == "chunked"):
-                now = time.perf_counter()
-                buf += data
-                *lines, buf = buf.split(b"\n")
-                for event in sse_events(lines):
-                    take(timing, event, now)
-            if not timing.latency:
-                timing.error = "no chunk with a token came back"
-            return timing
-        except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
-            timing.error = f"{type(exc).__name__}: {exc}"
-            return timing
-        finally:
-            if writer is not None:
-                writer.close()
-
-    def stream(self, path: str, body: dict) -> Timing:
-        return asyncio.run(self.astream(path, body))
-
-
-@dataclass
-class Server:
-    url: str
-    model: str
-    context: int
-
-
-def server_info(client: Client) -> Server:
-    models = client.get("/v1/models").get("data") or []
-    if not models:
-        raise CheckFailure(f"{client.url}/v1/models lists no model")
-    m = models[0]
-    return Server(client.url, m["id"], int(m.get("max_model_len") or 4096))
-
-
-def filler_ids(client: Client, model: str) -> list[int]:
-    ids = client.post("/tokenize", {"model": model, "prompt": FILLER * 4, "add_special_tokens": False})["tokens"]
+def filler_ids(server: Server) -> list[int]:
+    ids = server.token_ids(FILLER * 4)
     if len(ids) < 16:
         raise CheckFailure("the server's tokenizer gave too few tokens for the filler text")
     return ids
@@ -271,31 +165,48 @@ def token_prompt(filler: list[int], n: int, seed: int, width: int = 4) -> list[i
     return (head + body)[:n]
 
 
-def as_text(client: Client, model: str, ids: list[int]) -> str | list[int]:
+def as_text(server: Server, ids: list[int]) -> str | list[int]:
     """The prompt as text when it tokenizes back to exactly these ids, else the ids: a server tokenizes a
     text prompt before scheduling it, as it does for `vllm bench serve`'s prompts and real clients'."""
-    text = client.post("/detokenize", {"model": model, "tokens": ids})["prompt"]
-    again = client.post("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})["tokens"]
-    return text if again == ids else ids
+    text = server.post("/detokenize", {"model": server.model, "tokens": ids})["prompt"]
+    return text if server.token_ids(text) == ids else ids
 
 
-def completion_body(model: str, prompt: list[int], max_tokens: int, ignore_eos: bool = True) -> dict:
-    """vLLM's benchmark payload for the completions API (temperature 0 besides)."""
+def completion_body(model: str, prompt: str | list[int], max_tokens: int, ignore_eos: bool = True) -> dict:
+    """vLLM's benchmark payload for the completions API (temperature 0 besides), with a cache salt of its
+    own: no request reuses another's prefix cache, in this run or an earlier one on the same server
+    (without it a second `invoke bench` sent the first one's prompts, and any prompt longer than a KV
+    block came back a cache hit)."""
     return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
             "repetition_penalty": 1.0, "ignore_eos": ignore_eos, "stream": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, "cache_salt": uuid.uuid4().hex}
 
 
-def concurrently(client: Client, path: str, bodies: list[dict]) -> tuple[list[Timing], float, float]:
-    """All requests sent at once from one event loop, as `vllm bench serve` sends them with an infinite
-    request rate and max-concurrency = streams: (timings, start, end of the benchmark). One event loop,
-    not a thread per stream: a thread that waits for the GIL reads its first token late, and 32 of them
-    made the time to first token longer than vLLM's client measured on the same server."""
+def concurrently(server: Server, path: str, bodies: list[dict], warm: dict | None = None,
+                 streams: int | None = None) -> tuple[list[Timing], float, float]:
+    """The requests from one event loop, `streams` in flight at a time (all at once by default), as
+    `vllm bench serve` sends them with an infinite request rate and --max-concurrency: (timings, start,
+    end of the benchmark). One event loop, not a thread per stream: a thread that waits for the GIL reads
+    its first token late, and 32 of them made the time to first token longer than vLLM's client measured
+    on the same server. `warm`: a completions request sent first, unmeasured, on the same connections
+    (vLLM's client sends its test prompt so: an engine that has idled answers its first step late, and
+    that step is every stream's first token)."""
 
     async def all_of():
-        begin = time.perf_counter()
-        timings = await asyncio.gather(*(client.astream(path, b) for b in bodies))
-        return timings, begin, time.perf_counter()
+        async with Connections(server.url, server.timeout) as conns:
+            if warm is not None:
+                t = await timed(conns, "/v1/completions", warm)
+                if t.error:
+                    raise CheckFailure(f"the warm-up request failed: {t.error}")
+            slots = asyncio.Semaphore(streams or len(bodies) or 1)
+
+            async def one(body):
+                async with slots:
+                    return await timed(conns, path, body)
+
+            begin = time.perf_counter()
+            timings = await asyncio.gather(*(one(b) for b in bodies))
+            return timings, begin, time.perf_counter()
 
     return asyncio.run(all_of())
 
@@ -308,7 +219,10 @@ def short_metrics(timings: list[Timing], begin: float, end: float) -> dict:
            "per_stream_tokens_per_s": statistics.fmean(per_stream) if per_stream else 0.0,
            "median_ttft_s": statistics.median(t.ttft for t in timings),
            "median_e2e_s": statistics.median(t.latency for t in timings),
-           "prompt_tokens": sorted({t.prompt_tokens for t in timings})}
+           "prompt_tokens": sorted({t.prompt_tokens for t in timings}),
+           # Prompt tokens served from the prefix cache: a hit shortens TTFT, so a run that measures a
+           # cold prompt says it had none.
+           "cached_tokens": sum(t.cached_tokens for t in timings)}
     if len(timings) == 1:
         out["tokens_per_s"] = out["per_stream_tokens_per_s"]
     return out
@@ -320,12 +234,11 @@ def needle_messages(filler_text: str, sentences: int, word: str) -> list[dict]:
     return [{"role": "user", "content": "".join(hay) + "\n\n" + QUESTION}]
 
 
-def needle_prompt(client: Client, model: str, tokens: int, word: str) -> tuple[list[dict], int]:
+def needle_prompt(server: Server, tokens: int, word: str) -> tuple[list[dict], int]:
     """Chat messages of about `tokens` tokens (counted by the server's tokenizer with its chat template),
     within one filler sentence; and their exact count."""
     def count(n):
-        return client.post("/tokenize", {"model": model, "messages": needle_messages(FILLER, n, word),
-                                         "add_generation_prompt": True})["count"]
+        return server.count_chat(needle_messages(FILLER, n, word))
 
     base, one = count(0), count(1)
     per = max(1, one - base)
@@ -337,30 +250,26 @@ def needle_prompt(client: Client, model: str, tokens: int, word: str) -> tuple[l
     return needle_messages(FILLER, n, word), got
 
 
-def run_scenario(client: Client, server: Server, w: Workload, repeats: int, filler: list[int],
-                 seeds: iter) -> dict:
+def run_scenario(server: Server, w: Workload, repeats: int, filler: list[int], seeds: Iterator[int]) -> dict:
     runs = []
+    warm = completion_body(server.model, token_prompt(filler, 32, 0), 16)
     for rep in range(repeats):
         say(f"{w.name}: run {rep + 1} of {repeats} ({w.streams} x {w.max_tokens} tokens after "
             f"{w.prompt_tokens} prompt tokens)")
-        # Right before each measured run, as `vllm bench serve` sends its test prompt: an engine that has
-        # idled answers its first step late, and that step is the first token of every stream.
-        warm_up(client, server, filler)
         if w.kind == "short":
-            bodies = [completion_body(server.model, as_text(client, server.model,
-                                                            token_prompt(filler, w.prompt_tokens, next(seeds))),
+            bodies = [completion_body(server.model, as_text(server, token_prompt(filler, w.prompt_tokens, next(seeds))),
                                       w.max_tokens) for _ in range(w.streams)]
-            timings, begin, end = concurrently(client, "/v1/completions", bodies)
+            timings, begin, end = concurrently(server, "/v1/completions", bodies, warm)
             failed = [t.error for t in timings if t.error]
             if failed:
                 raise CheckFailure(f"{w.name}: {len(failed)} of {len(timings)} requests failed: {failed[0]}")
             runs.append(short_metrics(timings, begin, end))
         else:
             word = f"harbour-{uuid.uuid4().hex[:6]}"
-            messages, counted = needle_prompt(client, server.model, w.prompt_tokens, word)
+            messages, counted = needle_prompt(server, w.prompt_tokens, word)
             body = {"model": server.model, "messages": messages, "max_tokens": w.max_tokens, "temperature": 0.0,
                     "stream": True, "stream_options": {"include_usage": True}, "cache_salt": uuid.uuid4().hex}
-            t = client.stream("/v1/chat/completions", body)
+            (t,), _, _ = concurrently(server, "/v1/chat/completions", [body], warm)
             if t.error:
                 raise CheckFailure(f"{w.name}: {t.error}")
             runs.append({"seconds_to_answer": t.latency, "median_ttft_s": t.ttft, "median_e2e_s": t.latency,
@@ -387,13 +296,6 @@ def summarise(runs: list[dict], expect: dict) -> dict:
     return {"values": values, "spread": spread, "expect": expect}
 
 
-def warm_up(client: Client, server: Server, filler: list[int]) -> None:
-    """One request before any measurement, as `vllm bench serve` sends its initial test prompt."""
-    t = client.stream("/v1/completions", completion_body(server.model, token_prompt(filler, 32, 0), 16))
-    if t.error:
-        raise CheckFailure(f"the warm-up request failed: {t.error}")
-
-
 def run(loaded: LoadedRecipe, url: str, *, scale: float = 1.0, repeats: int = 3, only: list[str] | None = None,
         image: str | None = None, image_id: str | None = None) -> dict:
     perf = loaded.recipe.performance
@@ -405,15 +307,14 @@ def run(loaded: LoadedRecipe, url: str, *, scale: float = 1.0, repeats: int = 3,
     unknown = sorted(set(only or []) - set(names))
     if unknown:
         raise UsageError(f"no scenario {', '.join(unknown)} in {loaded.id}", hint="one of: " + ", ".join(names))
-    client = Client(url)
-    server = server_info(client)
-    filler = filler_ids(client, server.model)
+    server = Server.connect(url, REQUEST_TIMEOUT_S)
+    filler = filler_ids(server)
     seeds = iter(range(1, 10**6))
-    scenarios = [run_scenario(client, server, size(s, scale, server.context), repeats, filler, seeds)
+    scenarios = [run_scenario(server, size(s, scale, server.max_model_len), repeats, filler, seeds)
                  for s in perf.scenarios if not only or s.name in only]
     return {"schema": SCHEMA, "recipe": loaded.id, "recipe_hash": loaded.hash,
             "target": {"url": url, "image": image, "image_id": image_id},
-            "server": {"model": server.model, "max_model_len": server.context},
+            "server": {"model": server.model, "max_model_len": server.max_model_len},
             "scale": scale, "repeats": repeats, "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "scenarios": scenarios}
 
@@ -524,6 +425,7 @@ def bench(loaded: LoadedRecipe, url: str | None, run_spec, out: Path, *, scale: 
 
     if bool(url) == bool(run_spec):
         raise UsageError("give exactly one of --url and --image")
+    url = url and check_url(url)
     if dry:
         if run_spec:
             serve.check_spec(run_spec)

@@ -1,145 +1,112 @@
 """Run by tests/test_bench.py with the CPU vLLM environment's Python: `invoke bench`'s measuring code and
 `vllm bench serve` (its own parser and main; the package's `vllm` console script is broken) on the same
-server at the same time, side by side.
+server and the same workload, in blocks of a few requests taken in turns (v c c v v c ...).
 
-Why side by side and not in turns: on these shared 2-core machines the server's speed drifts by 20-40%
-within tens of seconds (runs of one client alone, back to back, went 108 to 186 tokens/s), so two
-clients measured in turns measure two different servers. Here the cookbook's client runs its requests
-back to back in a process of its own for the whole of vLLM's benchmark, and only its requests that ran
-inside vLLM's benchmark window (vLLM's own start times and latencies, on the same system-wide monotonic
-clock) are counted: both clients then see the same server, under the same load (the other client's
-streams), through the same drift.
+What the design rests on (measured on these 2-core machines, 2026-12-03):
+- The server's speed drifts by up to 2x within seconds (blocks of 10 requests went 72 to 108 tokens/s
+  back to back), and in level shifts inside a block. One long run per side measures two servers, and so
+  did blocks of 10 (pooled TTFT ratios 0.95-1.07 over five runs). Blocks of 2 in ABBA order keep both
+  sides on the same server state: five runs of 40 blocks came out within 2.1% on both figures.
+- Side by side (both clients at once) cancelled the drift but not the clients: two back-to-back streams
+  kept a fixed phase against each other's decode steps, so each request waited for a part of the other's
+  step set by its client's turnaround, and median TTFTs came out 3-13% apart while tokens/s agreed.
+- The prompt's text moves the server's speed: with the cookbook's filler text the same lengths ran about
+  7% faster (TTFT and tokens/s) than with vLLM's random-dataset prompts. So both sides send the same
+  prompts, vLLM's random dataset for the block's seed: one workload, measured by two clients.
+- vLLM's random dataset draws each prompt as a run of consecutive token ids from a random start; with the
+  tiny model's 646-token vocabulary two prompts often share a start, and a shared start is a prefix-cache
+  hit (a fifth of the TTFT). Each side of a block has a cache salt of its own (vLLM's through
+  --extra-body): no block hits another's cache.
+- Neither side warms up (vLLM's test prompt is off): the blocks follow each other within a second, so
+  the engine never idles; and vLLM's test prompt is its first request, so with prefix caching that
+  request came back a cache hit.
+- Against a stand-in server that answers after a fixed 200 ms, the two clients' median TTFTs were 1.7 ms
+  apart (vLLM's aiohttp client the slower): the clients themselves differ by under 1%.
 
 usage:
-  python bench_agreement.py URL MODEL TOKENIZER STREAMS PROMPTS INPUT_LEN OUTPUT_LEN ROUNDS
-      prints one JSON object: per round, each side's output tokens/s and median TTFT (and how many
-      requests and client CPU seconds they took)
-  python bench_agreement.py --cookbook-side URL STREAMS INPUT_LEN OUTPUT_LEN
-      (the child) prepares its prompts, prints "ready", and on a first line on stdin sends
-      requests until a second one arrives; then prints its requests' timings as JSON
+  python bench_agreement.py URL MODEL TOKENIZER STREAMS PROMPTS INPUT_LEN OUTPUT_LEN BLOCKS
+      prints one JSON object: per side, per block, the output tokens, the benchmark's duration and each
+      request's TTFT, as each client measured them
 """
 
-import asyncio
+import gc
 import json
-import statistics
-import subprocess
 import sys
-import threading
-import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cookbook import bench  # noqa: E402
-
-PREPARED = 96  # prompts the cookbook side prepares: far more than vLLM's window takes (checked after)
-
-
-def cookbook_side(url, streams, input_len, output_len) -> None:
-    client = bench.Client(url)
-    server = bench.server_info(client)
-    filler = bench.filler_ids(client, server.model)
-    # Every prompt its own first block (no prefix-cache hit), as text the server tokenizes, prepared
-    # before the clock runs; the same bodies `invoke bench` sends. (With vLLM's random-dataset prompts
-    # in these bodies instead, this side's median TTFT came out 7-14% longer than vLLM's, against 3-4%
-    # shorter with these: the prompt's text moves TTFT here, for a reason not found yet; see issue 11.)
-    bodies = [bench.completion_body(server.model, bench.as_text(client, server.model,
-                                                                bench.token_prompt(filler, input_len, seed)),
-                                    output_len) for seed in range(1, PREPARED + 1)]
-    bench.warm_up(client, server, filler)
-    print("ready", flush=True)
-    sys.stdin.readline()  # "go": right before vLLM's benchmark, whose imports can take a minute here
-    stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
-    queue = iter(bodies)
-
-    async def stream_until_stopped(done: list):
-        while not stop.is_set():
-            body = next(queue, None)
-            if body is None:
-                return
-            done.append(await client.astream("/v1/completions", body))
-
-    async def all_streams():
-        done = []
-        await asyncio.gather(*(stream_until_stopped(done) for _ in range(streams)))
-        return done
-
-    cpu = time.process_time()
-    done = asyncio.run(all_streams())
-    print(json.dumps({"timings": [vars(t) for t in done], "exhausted": next(queue, None) is None,
-                      "client_cpu_s": time.process_time() - cpu}), flush=True)
+from cookbook.openai_client import Server  # noqa: E402
 
 
-def vllm_bench(url, model, tokenizer, streams, prompts, input_len, output_len, seed) -> dict:
+def vllm_args(url, model, tokenizer, streams, prompts, input_len, output_len, seed, salt):
+    """`vllm bench serve`'s arguments for one block, parsed by its own parser."""
     from vllm.benchmarks import serve as vllm_serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser()
     vllm_serve.add_cli_args(parser)
-    args = parser.parse_args([
+    return parser.parse_args([
         "--backend", "vllm", "--base-url", url, "--model", model, "--tokenizer", tokenizer,
         "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len", str(output_len),
         "--num-prompts", str(prompts), "--max-concurrency", str(streams), "--ignore-eos", "--temperature", "0",
-        "--seed", str(seed), "--save-detailed", "--disable-tqdm", "--percentile-metrics", "ttft,e2el"])
-    return vllm_serve.main(args)
+        "--seed", str(seed), "--extra-body", json.dumps({"cache_salt": salt}), "--save-detailed",
+        "--disable-tqdm", "--percentile-metrics", "ttft,e2el", "--ready-check-timeout-sec", "0"])
 
 
-def inside(timings: list[dict], begin: float, end: float) -> list[bench.Timing]:
-    """The cookbook side's requests that started and ended within [begin, end]."""
-    out = [bench.Timing(**t) for t in timings]
-    return [t for t in out if not t.error and t.start >= begin and t.end <= end]
+def vllm_block(args) -> dict:
+    from vllm.benchmarks import serve as vllm_serve
+
+    r = vllm_serve.main(args)
+    return {"output_tokens": r["total_output_tokens"], "duration_s": r["duration"], "ttfts": r["ttfts"],
+            "prompt_tokens": r["input_lens"]}
 
 
-def one_round(url, model, tokenizer, streams, prompts, input_len, output_len, seed) -> dict:
-    child = subprocess.Popen([sys.executable, __file__, "--cookbook-side", url, str(streams), str(input_len),
-                              str(output_len)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        if child.stdout.readline().strip() != "ready":
-            raise SystemExit(f"the cookbook side did not start (exit {child.wait()})")
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        cpu = time.process_time()
-        r = vllm_bench(url, model, tokenizer, streams, prompts, input_len, output_len, seed)
-        vllm_cpu = time.process_time() - cpu
-        ours, _ = child.communicate("stop\n", timeout=600)
-    finally:
-        child.kill()
-    side = json.loads(ours.strip().splitlines()[-1])
-    # vLLM's benchmark window: its first request's send to its last request's last token.
-    begin = min(r["start_times"])
-    end = max(s + lat for s, lat in zip(r["start_times"], r["latencies"], strict=True))
-    counted = inside(side["timings"], begin, end)
-    if side["exhausted"] or not counted:
-        errors = [t["error"] for t in side["timings"] if t["error"]]
-        raise SystemExit(f"the cookbook side ran out of prompts ({side['exhausted']}) or counted none inside vLLM's "
-                         f"window ({len(counted)} of {len(side['timings'])}; errors: {errors[:2]})")
-    # Over its counted requests, as `invoke bench` reports a run: output tokens over the wall time from
-    # the first send to the last token, and the median TTFT.
-    m = bench.short_metrics(counted, min(t.start for t in counted), max(t.end for t in counted))
-    return {"vllm": {"output_tokens_per_s": r["output_throughput"], "median_ttft_s": r["median_ttft_ms"] / 1000,
-                     "prompt_tokens": statistics.mean(r["input_lens"]), "requests": r["completed"],
-                     "client_cpu_s": vllm_cpu},
-            "cookbook": {"output_tokens_per_s": m["aggregate_tokens_per_s"], "median_ttft_s": m["median_ttft_s"],
-                         "prompt_tokens": statistics.mean(t.prompt_tokens for t in counted), "requests": len(counted),
-                         "client_cpu_s": side["client_cpu_s"]}}
+def random_prompts(args) -> list:
+    """The requests `vllm bench serve` samples for these arguments (its random dataset, its seed)."""
+    from vllm.benchmarks.datasets import get_samples
+    from vllm.tokenizers import get_tokenizer
+
+    return get_samples(args, get_tokenizer(args.tokenizer))
 
 
-def main(url, model, tokenizer, streams, prompts, input_len, output_len, rounds) -> dict:
-    import vllm.benchmarks.serve  # noqa: F401  (imported before the first round's clock: about 20 s of CPU)
+def cookbook_block(server, args, salt) -> dict:
+    """`invoke bench`'s client and metrics (bench.concurrently, bench.short_metrics) on the block's
+    prompts, `streams` in flight at a time as vLLM's --max-concurrency sends them."""
+    bodies = [{**bench.completion_body(server.model, r.prompt, r.expected_output_len), "cache_salt": salt}
+              for r in random_prompts(args)]
+    timings, begin, end = bench.concurrently(server, "/v1/completions", bodies, streams=args.max_concurrency)
+    errors = [t.error for t in timings if t.error]
+    if errors:
+        raise SystemExit(f"the cookbook side: {len(errors)} of {len(timings)} requests failed: {errors[0]}")
+    m = bench.short_metrics(timings, begin, end)
+    return {"output_tokens": m["output_tokens"], "duration_s": m["duration_s"], "ttfts": [t.ttft for t in timings],
+            "prompt_tokens": [t.prompt_tokens for t in timings]}
 
+
+def main(url, model, tokenizer, streams, prompts, input_len, output_len, blocks) -> dict:
+    import vllm.benchmarks.serve  # noqa: F401  (imported before the first block: about 20 s of CPU)
+
+    # vLLM's benchmark freezes the garbage collector's heap before it measures (a full collection over
+    # torch's objects is a pause inside some request); freezing it here spares the cookbook's blocks too.
+    gc.collect()
+    gc.freeze()
+    server = Server.connect(url)
+    nonce = uuid.uuid4().hex[:8]
     out = {"vllm": [], "cookbook": []}
-    for i in range(rounds):
-        r = one_round(url, model, tokenizer, streams, prompts, input_len, output_len, seed=i)
-        for side in out:
-            out[side].append(r[side])
+    for i in range(blocks):
+        # The same prompts on both sides of a block (vLLM's sampler, one seed), each side with a cache salt
+        # of its own: the second side does not hit the first one's prefix cache.
+        seed = 1000 + i
+        for side in ("vllm", "cookbook") if i % 2 == 0 else ("cookbook", "vllm"):
+            salt = f"agreement-{nonce}-{side}-{i}"
+            args = vllm_args(url, model, tokenizer, streams, prompts, input_len, output_len, seed, salt)
+            out[side].append(vllm_block(args) if side == "vllm" else cookbook_block(server, args, salt))
     return out
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--cookbook-side":
-        u, *numbers = sys.argv[2:6]
-        cookbook_side(u, *map(int, numbers))
-    else:
-        u, m, t, *numbers = sys.argv[1:9]
-        print(json.dumps(main(u, m, t, *map(int, numbers))))
+    u, m, t, *numbers = sys.argv[1:9]
+    print(json.dumps(main(u, m, t, *map(int, numbers))))

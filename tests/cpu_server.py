@@ -2,7 +2,7 @@
 
 Stable for the other tests that use it (the smoke and bench tests): `vllm_cpu_python()`,
 `tiny_model_dir() -> Path`, the context manager `cpu_server(model_dir, extra_args=(), env=None)`
-giving an object with `.url`, `.log_path` and `.pinned(cpus)`, `recipe_args(loaded)` (a recipe's serve flags for this
+giving an object with `.url` and `.log_path`, `recipe_args(loaded)` (a recipe's serve flags for this
 server) and the session fixture `tiny_server` (the test recipe's server, logprobs kernel warmed up).
 
 The server is vllm-cpu 0.32.0 from scripts/vllm-cpu-env.sh, run as `python -m
@@ -105,31 +105,6 @@ class RunningServer:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def threads(self) -> list[int]:
-        """Every thread of the server's processes (the API server and its engine core)."""
-        out, todo = [], [self.pid]
-        while todo:
-            tasks = Path(f"/proc/{todo.pop()}/task")
-            out += [int(t.name) for t in tasks.glob("*")]
-            todo += [int(c) for t in tasks.glob("*/children") for c in t.read_text().split()]
-        return out
-
-    @contextlib.contextmanager
-    def pinned(self, cpus: set[int]):
-        """The server's threads on `cpus` for a while (a timing test's clients then keep the other
-        cores to themselves), then each back where it was."""
-        before = {}
-        for t in self.threads():
-            with contextlib.suppress(OSError):
-                before[t] = os.sched_getaffinity(t)
-                os.sched_setaffinity(t, cpus)
-        try:
-            yield
-        finally:
-            for t, was in before.items():
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(t, was)
 
 
 def _healthy(url: str) -> bool:

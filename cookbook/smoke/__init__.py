@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import UsageError
+from ..openai_client import Server, ServerError, check_url
 from . import answers, bias, health, images, logprobs, needle, prefix, sizing, structured, tools  # noqa: F401
-from .client import Server, ServerError
 from .core import CHECKS, Context, Outcome
 
 SCHEMA = "cookbook.smoke/v1"
@@ -167,8 +167,7 @@ def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only
     factor = parse_scale(scale)
     if not url:
         raise UsageError("give the server to check: --url http://HOST:PORT")
-    if not url.startswith(("http://", "https://")):
-        raise UsageError(f"--url must be an http(s) URL, not {url!r}")
+    url = check_url(url)
     out_dir = out or ROOT / "build" / "smoke" / loaded.id
     if dry_run:
         print(f"would check {url} with {loaded.id}'s checks (sized from its /v1/models) into {out_dir}:")

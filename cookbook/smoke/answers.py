@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from .client import ServerError
+from ..openai_client import ServerError
 from .core import Context, Outcome, check, content, said
 from .prompts import KNOWN_ANSWERS
 

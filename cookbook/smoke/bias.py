@@ -3,7 +3,7 @@ silently ignored logit_bias)."""
 
 from __future__ import annotations
 
-from .client import ServerError
+from ..openai_client import ServerError
 from .core import Context, Outcome, check
 from .prompts import BIAS_WORD, PLAIN_QUESTION
 

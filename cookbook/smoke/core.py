@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..openai_client import Server
 from . import sizing
-from .client import Server
 
 Status = Literal["passed", "failed", "skipped"]
 

@@ -3,7 +3,7 @@ given depth and the needle question at the end, counted by the server's own toke
 
 from __future__ import annotations
 
-from .client import Server
+from ..openai_client import Server
 from .prompts import HAYSTACK_SENTENCES, NEEDLE, NEEDLE_QUESTION
 
 

@@ -3,7 +3,7 @@ is the one the run started with (its start time in /metrics, where the server pu
 
 from __future__ import annotations
 
-from .client import ServerError
+from ..openai_client import ServerError
 from .core import Context, Outcome, check
 
 

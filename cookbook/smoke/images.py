@@ -7,7 +7,7 @@ import base64
 import struct
 import zlib
 
-from .client import ServerError
+from ..openai_client import ServerError
 from .core import Context, Outcome, check, content, said
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (30, 60, 220), "yellow": (240, 220, 30),

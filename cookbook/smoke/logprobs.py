@@ -4,7 +4,7 @@ engine)."""
 
 from __future__ import annotations
 
-from .client import ServerError
+from ..openai_client import ServerError
 from .core import Context, Outcome, check
 from .prompts import PLAIN_QUESTION
 

@@ -3,8 +3,8 @@ answer must name the needle's word."""
 
 from __future__ import annotations
 
+from ..openai_client import ServerError
 from . import haystack, sizing
-from .client import ServerError
 from .core import Context, Outcome, check, content, fresh_salt, said
 from .prompts import NEEDLE_WORD
 

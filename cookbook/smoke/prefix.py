@@ -4,8 +4,8 @@ positive multiple of the recipe's KV block (zero on the cold one)."""
 
 from __future__ import annotations
 
+from ..openai_client import ServerError
 from . import haystack, sizing
-from .client import ServerError
 from .core import Context, Outcome, check, fresh_salt
 
 ANSWER_TOKENS = 32

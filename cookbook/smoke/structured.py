@@ -6,7 +6,7 @@ import json
 
 import jsonschema
 
-from .client import ServerError
+from ..openai_client import ServerError
 from .core import Context, Outcome, check, content, said
 from .prompts import JSON_QUESTION, JSON_SCHEMA
 

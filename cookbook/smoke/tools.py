@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .client import ServerError
+from ..openai_client import ServerError
 from .core import Context, Outcome, check, content, said
 from .prompts import CITY, WEATHER_QUESTION, WEATHER_RESULT, WEATHER_RESULT_WORDS, WEATHER_TOOL
 

@@ -1,0 +1,132 @@
+"""cookbook/openai_client.py: URL checks and server-sent events (table driven), and the streamed POSTs
+over kept-alive connections against a real local HTTP/1.1 server (its sockets counted)."""
+
+import asyncio
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from cookbook.errors import UsageError
+from cookbook.openai_client import Connections, ServerError, check_url, sse_events
+
+
+@pytest.mark.parametrize("url,expect", [
+    ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+    ("https://gaudi.example/", "https://gaudi.example"),
+    ("http://host:8000/prefix/", "http://host:8000/prefix"),
+])
+def test_check_url(url, expect):
+    assert check_url(url) == expect
+
+
+@pytest.mark.parametrize("url,words", [
+    ("foo", "http(s) URL"), ("", "http(s) URL"), ("ftp://host", "http(s) URL"), ("http://", "http(s) URL"),
+    ("http://host:port", "not a number"),
+])
+def test_check_url_refusals(url, words):
+    with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        check_url(url)
+
+
+@pytest.mark.parametrize("lines,expect", [
+    ([b"data: {\"a\": 1}", b"", b": ping", b"data: [DONE]", b"data: {\"b\": 2}"], [{"a": 1}]),
+    ([b"event: x", b"data:{\"c\":3}\n"], [{"c": 3}]),
+    (["data: {\"d\": 4}"], [{"d": 4}]),
+])
+def test_sse_events(lines, expect):
+    assert list(sse_events(lines)) == expect
+
+
+class Handler(BaseHTTPRequestHandler):
+    """A streamed completion of `n` events as vLLM sends it (HTTP/1.1, chunked, kept alive), or what
+    the request's `mode` asks for instead."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def setup(self):
+        super().setup()
+        self.server.accepted += 1
+
+    def chunk(self, data: bytes):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        mode = body.get("mode")
+        if mode == "refuse":
+            data = b'{"error": "no such model"}'
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i in range(body.get("n", 3)):
+            self.chunk(b'data: {"choices": [{"text": "%d"}]}\n\n' % i)
+            self.wfile.flush()
+            if mode == "die":
+                self.close_connection = True
+                return
+        self.chunk(b"data: [DONE]\n\n")
+        self.chunk(b"")
+        # "drop": the connection closed after a complete answer, without saying so (an idle timeout).
+        self.close_connection = mode == "drop"
+
+
+@pytest.fixture
+def local_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.accepted = 0
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def post_all(url: str, bodies: list[dict]) -> list:
+    async def run():
+        async with Connections(url, timeout=10) as conns:
+            out = []
+            for body in bodies:
+                try:
+                    out.append([event async for _, event in conns.events("/v1/completions", body)])
+                except ServerError as exc:
+                    out.append(exc)
+            return out
+
+    return asyncio.run(run())
+
+
+def test_requests_share_one_kept_alive_connection(local_server):
+    url = f"http://127.0.0.1:{local_server.server_port}"
+    out = post_all(url, [{"n": 2}, {"n": 3}, {"n": 1}])
+    assert [[e["choices"][0]["text"] for e in events] for events in out] == [["0", "1"], ["0", "1", "2"], ["0"]]
+    assert local_server.accepted == 1
+
+
+def test_a_connection_the_server_dropped_is_replaced(local_server):
+    url = f"http://127.0.0.1:{local_server.server_port}"
+    out = post_all(url, [{"n": 1, "mode": "drop"}, {"n": 2}])
+    assert [len(events) for events in out] == [1, 2]
+    assert local_server.accepted == 2
+
+
+@pytest.mark.parametrize("mode,words", [("refuse", "HTTP 404.*no such model"),
+                                        ("die", "broke off.*ended before its last chunk")])
+def test_failures_are_server_errors(local_server, mode, words):
+    url = f"http://127.0.0.1:{local_server.server_port}"
+    (failed,) = post_all(url, [{"n": 2, "mode": mode}])
+    assert isinstance(failed, ServerError)
+    assert re.search(words, str(failed)), failed
