@@ -6,7 +6,7 @@ What the design rests on (measured on these 2-core machines, 2026-12-03):
 - The server's speed drifts by up to 2x within seconds (blocks of 10 requests went 72 to 108 tokens/s
   back to back), and in level shifts inside a block. One long run per side measures two servers, and so
   did blocks of 10 (pooled TTFT ratios 0.95-1.07 over five runs). Blocks of 2 in ABBA order keep both
-  sides on the same server state: five runs of 40 blocks came out within 2.1% on both figures.
+  sides on the same server state: eight runs of 40 blocks came out within 2.4% on both figures.
 - Side by side (both clients at once) cancelled the drift but not the clients: two back-to-back streams
   kept a fixed phase against each other's decode steps, so each request waited for a part of the other's
   step set by its client's turnaround, and median TTFTs came out 3-13% apart while tokens/s agreed.
