@@ -138,8 +138,8 @@ class Connections:
             writer.write(head + payload)
             await writer.drain()
             status = (await self._read(reader.readline())).split(b" ", 2)
-            if reused and status == [b""]:
-                raise _Stale
+            if status == [b""]:  # closed without a status line (on a kept-alive one: stale, retried below)
+                raise ConnectionResetError("the server closed the connection without an answer")
             answered = True
             headers = {}
             while (line := await self._read(reader.readline())) not in (b"\r\n", b""):
@@ -256,8 +256,7 @@ class Server:
 
     def count_text(self, text: str) -> int:
         if text not in self._lengths:
-            self._lengths[text] = int(self.post("/tokenize", {"model": self.model, "prompt": text,
-                                                              "add_special_tokens": False})["count"])
+            self._lengths[text] = len(self.token_ids(text))
         return self._lengths[text]
 
     def token_ids(self, text: str) -> list[int]:

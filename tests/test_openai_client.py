@@ -59,6 +59,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         mode = body.get("mode")
+        if mode == "silent":  # closed without a status line
+            self.close_connection = True
+            return
         if mode == "refuse":
             data = b'{"error": "no such model"}'
             self.send_response(404)
@@ -124,6 +127,7 @@ def test_a_connection_the_server_dropped_is_replaced(local_server):
 
 
 @pytest.mark.parametrize("mode,words", [("refuse", "HTTP 404.*no such model"),
+                                        ("silent", "no answer.*closed the connection without an answer"),
                                         ("die", "broke off.*ended before its last chunk")])
 def test_failures_are_server_errors(local_server, mode, words):
     url = f"http://127.0.0.1:{local_server.server_port}"
