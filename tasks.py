@@ -165,15 +165,16 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="T
       help={"fix": "only this fix (repeatable; default: every written fix)",
             "keep": "lay the trees out here and keep them",
             "upstream": "also run vllm-gaudi's own unit tests (tests/lab/upstream-pass-list.txt) on the patched tree",
+            "alone": "also run each fix's tests on a tree with that fix alone (and what it requires)",
             "profile": "fix profile", "dry_run": "print what would run"})
 @edge
-def fixes_lab(c, fix=None, keep=None, upstream=False, profile="v0.26.0", dry_run=False):
+def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile="v0.26.0", dry_run=False):
     """Prove the fixes on CPU: each fix's lab tests fail on the pristine tree and pass on the patched one."""
     from pathlib import Path
 
     from cookbook import fix_lab
 
-    report = fix_lab.lab(fix or None, Path(keep) if keep else None, upstream, profile, dry_run=dry_run)
+    report = fix_lab.lab(fix or None, Path(keep) if keep else None, upstream, profile, dry_run=dry_run, alone=alone)
     if report is None:
         return
     for line in fix_lab.describe(report):

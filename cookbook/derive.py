@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .schema import Buckets, Geometry, Recipe, Serve
 
-# vLLM's V1 engine turns prefix caching on unless told otherwise, so "not said" counts as on.
+# Prefix caching left unset counts as on. vLLM 0.26.0's default is on for most models but off for
+# hybrids (EngineArgs: supported and not is_hybrid); a recipe that relies on that default would change
+# meaning with the next release's default, so the rules read "not said" as the riskier "on".
 PREFIX_CACHING_DEFAULT = True
 
 # Bucket ranges and the vllm-gaudi variables they become, in the order the page lists them.

@@ -61,6 +61,23 @@ def fix_of(module: str) -> str | None:
     return stem[len("test_fix_"):].replace("_", "-") if stem.startswith("test_fix_") else None
 
 
+# The pack's own modules, `test_pack_<what>.py`: the whole pack under conditions no single fix owns (the
+# recipe's serving conditions). Held to the fixes' rule as one verdict named PACK: every test fails on
+# the pristine tree and passes on the patched one.
+PACK_PREFIX = "test_pack_"
+PACK = "the whole pack"
+
+
+def pack_modules() -> list[Path]:
+    return sorted(LAB_TESTS.glob(PACK_PREFIX + "*.py"))
+
+
+def owner_of(module: str) -> str | None:
+    """The verdict a lab module's tests count for: its fix, PACK, or None (modules that must pass on
+    both trees)."""
+    return PACK if Path(module).name.startswith(PACK_PREFIX) else fix_of(module)
+
+
 def environment() -> Path:
     """The lab's Python environment, or an error that names the command that builds it."""
     out = subprocess.run(["bash", str(BUILD_SCRIPT), "--print"], capture_output=True, text=True, check=True)
@@ -76,20 +93,36 @@ def pins_for(profile: fixes.ProfileSpec) -> upstream.Pins:
 
 
 def make_tree(dest: Path, profile_name: str = "v0.26.0", patched: bool = False,
-              fixes_dir: Path | None = None) -> Path:
+              fixes_dir: Path | None = None, only: list[str] | None = None) -> Path:
     """A site-packages tree of the release at `dest`; with `patched`, the profile's written fixes
-    (opt-ins included) applied by apply_all.py exactly as an image build applies them."""
+    (opt-ins included; with `only`, those fixes and what they require) applied by apply_all.py exactly
+    as an image build applies them."""
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     standin.lay_site_packages(pins_for(profile), dest)
     (dest / TREE_MARKER).write_text("A release tree laid out by the fix lab; `invoke fixes.lab --keep` replaces it.\n")
     if patched:
-        apply_pack(dest, profile_name, profile, fixes_dir)
+        apply_pack(dest, profile_name, profile, fixes_dir, with_requirements(only, fixes_dir) if only else None)
     return dest
 
 
-def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_dir: Path) -> None:
-    present = fixes.resolve(profile, profile.order, fixes_dir)
+def with_requirements(names: list[str], fixes_dir: Path | None = None) -> list[str]:
+    """`names` and every fix they require, transitively."""
+    out: list[str] = []
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.append(name)
+            todo += fixes.load_fix(name, fixes_dir).requires
+    return out
+
+
+def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_dir: Path,
+               names: list[str] | None = None) -> None:
+    """apply_all.py on `site` with the profile's written fixes, or those of `names` in pack order."""
+    chosen = [n for n in profile.order if names is None or n in names]
+    present = fixes.resolve(profile, chosen, fixes_dir)
     with tempfile.TemporaryDirectory(prefix="cookbook-labpack.") as tmp:
         for rel, data in fixes.pack_files(profile_name, list(present), fixes_dir).items():
             path = Path(tmp) / rel
@@ -100,7 +133,8 @@ def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_
                "--pack", str(Path(tmp) / "pack.json"), "--record", str(site / "fix-record.json"), "--quiet"]
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **APPLY_ENV})
     if proc.returncode != 0:
-        raise LabError("the fix pack does not apply to the pristine release in the lab:\n"
+        what = "the fix pack" if names is None else ", ".join(present)
+        raise LabError(f"{what} does not apply to the pristine release in the lab:\n"
                        + (proc.stderr or proc.stdout).strip(), hint="run invoke fixes.verify")
 
 
@@ -114,11 +148,12 @@ class Run:
     output: str = ""
 
     def by_fix(self) -> dict[str, dict[str, str]]:
+        """Outcomes by the verdict they count for: a fix's name, or PACK."""
         out: dict[str, dict[str, str]] = defaultdict(dict)
         for node, outcome in self.outcomes.items():
-            fix = fix_of(node.split("::")[0])
-            if fix:
-                out[fix][node] = outcome
+            owner = owner_of(node.split("::")[0])
+            if owner:
+                out[owner][node] = outcome
         return dict(out)
 
 
@@ -222,11 +257,43 @@ def verdicts(pristine: Run, patched: Run, names: list[str]) -> list[Verdict]:
     return [Verdict(n, a.get(n, {}), b.get(n, {})) for n in names]
 
 
+@dataclass(frozen=True)
+class Alone:
+    """A fix's lab tests on a tree with that fix alone (and what it requires) applied to pristine: a fix
+    that passes only because another one is applied is a defect."""
+
+    fix: str
+    outcomes: dict[str, str]
+    error: str = ""
+
+    @property
+    def problems(self) -> list[str]:
+        if self.error:
+            return [f"alone: {self.error}"]
+        if not self.outcomes:
+            return ["alone: no lab tests ran"]
+        return [f"alone: {node} {o}" for node, o in self.outcomes.items() if o != "passed"]
+
+
+def run_alone(root: Path, fix: str, profile_name: str, fixes_dir: Path | None) -> Alone:
+    tree = root / fix
+    try:
+        make_tree(tree, profile_name, patched=True, fixes_dir=fixes_dir, only=[fix])
+    except LabError as exc:
+        return Alone(fix, {}, str(exc).splitlines()[0])
+    try:
+        outcomes = run(tree, [str(m.relative_to(LAB_TESTS)) for m in modules_for(fix)]).by_fix().get(fix, {})
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    return Alone(fix, outcomes)
+
+
 @dataclass
 class Report:
     verdicts: list[Verdict]
     upstream: Run | None = None
     runs: tuple[Run, ...] = ()
+    alone: list[Alone] = field(default_factory=list)
 
     @property
     def upstream_broken(self) -> list[str]:
@@ -236,18 +303,32 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not any(v.problems for v in self.verdicts) and not self.upstream_broken
+        return (not any(v.problems for v in self.verdicts) and not self.upstream_broken
+                and not any(a.problems for a in self.alone))
+
+
+# Fix-alone runs at a time: each is a pytest process of its own (2 cores here).
+ALONE_WORKERS = 2
 
 
 def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: bool = False,
-        profile_name: str = "v0.26.0", fixes_dir: Path | None = None, dry_run: bool = False) -> Report | None:
-    """`invoke fixes.lab`: both trees, the lab's tests on each, and (optionally) upstream's unit tests
-    that pass on the pristine release run on the patched one."""
+        profile_name: str = "v0.26.0", fixes_dir: Path | None = None, dry_run: bool = False,
+        alone: bool = False) -> Report | None:
+    """`invoke fixes.lab`: both trees, the lab's tests on each (the pack's own modules too when no fix
+    is named), with `alone` each fix's tests on a tree with that fix alone, and (optionally) upstream's
+    unit tests that pass on the pristine release run on the patched one."""
     names = only or written_fixes(profile_name, fixes_dir)
-    targets = [str(m.relative_to(LAB_TESTS)) for n in names for m in modules_for(n)]
+    modules = [m for n in names for m in modules_for(n)] + ([] if only else pack_modules())
+    if not only and pack_modules():
+        names = [*names, PACK]
+    targets = [str(m.relative_to(LAB_TESTS)) for m in modules]
+    fix_names = [n for n in names if n != PACK]
     if dry_run:
         print(f"lay out the pristine and the patched release trees in {keep or 'a temporary folder'}")
         print(f"{environment()}/bin/python -m pytest -p lab_stubs {' '.join(targets)}  (on each tree)")
+        if alone:
+            print(f"and each fix's modules on a tree with that fix alone (and what it requires): "
+                  f"{len(fix_names)} trees")
         if with_upstream:
             print(f"and {len(upstream_pass_list())} upstream unit tests ({UPSTREAM_PASS_LIST.name}) "
                   "on the patched tree")
@@ -269,6 +350,12 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
             say(f"fix lab: {len(targets)} fix module(s) on the {kind} tree")
             runs.append(run(trees[kind], targets) if targets else Run(trees[kind]))
         report = Report(verdicts(runs[0], runs[1], names), runs=tuple(runs))
+        if alone:
+            say(f"fix lab: {len(fix_names)} fixes, each alone on a pristine tree")
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(ALONE_WORKERS) as pool:  # trees in the temporary folder, even with --keep
+                report.alone = list(pool.map(lambda n: run_alone(Path(tmp), n, profile_name, fixes_dir), fix_names))
         if with_upstream:
             report.upstream = run_upstream(trees["patched"], upstream_pass_list(), profile_name)
     return report
@@ -292,6 +379,10 @@ def describe(report: Report) -> list[str]:
         lines.append(f"{v.fix:36} {count(v.pristine, 'failed'):22} {count(v.patched, 'passed'):20}"
                      + ("" if not v.problems else "  PROBLEM"))
         lines += [f"    {p}" for p in v.problems]
+    if report.alone:
+        bad = [a for a in report.alone if a.problems]
+        lines.append(f"each fix alone on pristine: {len(report.alone) - len(bad)}/{len(report.alone)} pass")
+        lines += [f"    {a.fix}: {p}" for a in bad for p in a.problems]
     if report.upstream is not None:
         total = len(report.upstream.outcomes)
         lines.append(f"upstream unit tests on the patched tree: {total - len(report.upstream_broken)}/{total} passed")

@@ -93,7 +93,8 @@ def prefix_caching_needs_gdn_fix(r: Recipe, p: Profile):
     if not (_hybrid(r) and derive.prefix_caching_on(r.serve)):
         return []
     out = []
-    said = "on" if r.serve.enable_prefix_caching else "on by vLLM's default (enable_prefix_caching unset)"
+    said = "on" if r.serve.enable_prefix_caching else ("unset, which the cookbook counts as on (vLLM 0.26.0 "
+                                                        "leaves it off for hybrids; a later default may not)")
     if GDN_FIX not in r.fixes.opt_in:
         out.append((("fixes", "opt_in"),
                     f"prefix caching is {said}, but {GDN_FIX} is not among the opt-in fixes: on the stock "

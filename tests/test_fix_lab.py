@@ -12,6 +12,7 @@ import pytest
 from cookbook import fix_lab
 
 WRITTEN = fix_lab.written_fixes()
+VERDICTS = WRITTEN + ([fix_lab.PACK] if fix_lab.pack_modules() else [])
 
 
 def _unavailable(why: str):
@@ -31,7 +32,7 @@ def lab_env(upstream_cache):
 
 @pytest.fixture(scope="session")
 def report(lab_env, tmp_path_factory):
-    return fix_lab.lab(keep=tmp_path_factory.mktemp("lab"), with_upstream=True)
+    return fix_lab.lab(keep=tmp_path_factory.mktemp("lab"), with_upstream=True, alone=True)
 
 
 @pytest.mark.parametrize("module, fix", [
@@ -45,6 +46,39 @@ def test_fix_of_maps_a_lab_module_to_its_fix(module, fix):
     assert fix_lab.fix_of(module) == fix
     if fix and not module.endswith(fix_lab.ENGINE_SUFFIX + ".py"):
         assert fix_lab.module_for(fix).name == module.rsplit("/", 1)[-1]
+
+
+@pytest.mark.parametrize("module, owner", [
+    ("test_fix_prompt_order.py", "prompt-order"),
+    ("test_fix_gdn_prefix_cache_engine.py", "gdn-prefix-cache"),
+    ("test_pack_serving.py", fix_lab.PACK),
+    ("test_pack_serving.py::test_x[async]", fix_lab.PACK),
+    ("test_gdn_layout.py", None),
+])
+def test_owner_of_counts_pack_modules_for_the_whole_pack(module, owner):
+    assert fix_lab.owner_of(module.split("::")[0]) == owner
+
+
+def test_the_serving_conditions_module_is_a_pack_module():
+    assert "test_pack_serving.py" in [p.name for p in fix_lab.pack_modules()]
+
+
+@pytest.mark.parametrize("names, want", [
+    (["prompt-order"], {"prompt-order"}),
+    (["gdn-prefix-cache"], {"gdn-prefix-cache", "hybrid-decode-pad"}),
+])
+def test_with_requirements_adds_what_a_fix_requires(names, want):
+    assert set(fix_lab.with_requirements(names)) == want
+
+
+@pytest.mark.parametrize("outcomes, error, problems", [
+    ({"t::a": "passed"}, "", 0),
+    ({"t::a": "passed", "t::b": "failed"}, "", 1),
+    ({}, "", 1),                               # nothing ran
+    ({}, "x does not apply", 1),               # the patch needs another fix's lines
+])
+def test_alone_holds_a_fix_to_pass_without_the_others(outcomes, error, problems):
+    assert len(fix_lab.Alone("x", outcomes, error).problems) == problems
 
 
 def test_modules_for_lists_a_fixs_own_module_then_its_end_to_end_one(tmp_path, monkeypatch):
@@ -97,7 +131,7 @@ def test_keep_never_replaces_a_folder_the_lab_did_not_lay_out(tmp_path):
 def test_the_labs_own_modules_pass_on_both_trees(report):
     # test_lab.py (the release imports from the tree on CPU) and the design proofs that are no fix's
     # module (test_gdn_layout.py): they hold on the pristine and on the patched tree alike.
-    own = sorted(p.name for p in fix_lab.LAB_TESTS.glob("test_*.py") if fix_lab.fix_of(p.name) is None)
+    own = sorted(p.name for p in fix_lab.LAB_TESTS.glob("test_*.py") if fix_lab.owner_of(p.name) is None)
     assert {"test_lab.py", "test_gdn_layout.py"} <= set(own)
     pristine, patched = report.runs
     for run in (pristine, patched):
@@ -112,10 +146,16 @@ def test_the_patched_tree_is_the_pack_applied_by_apply_all(report):
     assert (patched.tree / "fix-record.json").is_file()
 
 
-@pytest.mark.parametrize("fix", WRITTEN)
+@pytest.mark.parametrize("fix", VERDICTS)
 def test_each_fix_fails_on_the_pristine_tree_and_passes_on_the_patched_one(report, fix):
     verdict = next(v for v in report.verdicts if v.fix == fix)
     assert not verdict.problems, "\n".join(verdict.problems)
+
+
+@pytest.mark.parametrize("fix", WRITTEN)
+def test_each_fix_passes_alone_on_the_pristine_tree(report, fix):
+    alone = next(a for a in report.alone if a.fix == fix)
+    assert not alone.problems, "\n".join(alone.problems)
 
 
 def test_upstream_unit_tests_that_pass_on_the_release_pass_on_the_patched_tree(report):

@@ -165,13 +165,18 @@ UNCHECKED_SCATTERS = {torch.Tensor.index_copy_, torch.index_copy, torch.Tensor.i
 
 class HpuOnCpu(torch.overrides.TorchFunctionMode):
     """Tensors the release puts on "hpu" (its device, literal in the worker, the runner and the cache
-    set-up) are made on the CPU: the device argument of every torch call is mapped. And negative
-    padding indices of the gathers above wrap, as Gaudi tolerates them."""
+    set-up) are made on the CPU: the device argument of every torch call is mapped, and host memory
+    asked for pinned (the structured-output path) is plain. And negative padding indices of the
+    gathers above wrap, as Gaudi tolerates them."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if "device" in kwargs:
             kwargs["device"] = _cpu(kwargs["device"])
+        if func is torch.Tensor.pin_memory:  # pinned host memory needs an accelerator's allocator
+            return args[0]
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
         args = tuple(a if isinstance(a, int) else _cpu(a) for a in args)
         if func in UNCHECKED_GATHERS:
             src, idx, dim = UNCHECKED_GATHERS[func]
@@ -206,10 +211,10 @@ class Engine:
             register_qwen35()
             from vllm import LLM
 
+            args = dict(max_num_seqs=2, max_num_batched_tokens=2 * BLOCK) | kwargs
             self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=DTYPE, enforce_eager=True,
-                           max_model_len=max_model_len, max_num_seqs=2, max_num_batched_tokens=2 * BLOCK,
-                           num_gpu_blocks_override=num_blocks, enable_prefix_caching=prefix_caching,
-                           language_model_only=True, seed=SEED, **kwargs)
+                           max_model_len=max_model_len, num_gpu_blocks_override=num_blocks,
+                           enable_prefix_caching=prefix_caching, language_model_only=True, seed=SEED, **args)
 
     @contextlib.contextmanager
     def _cpu(self):
@@ -229,12 +234,16 @@ class Engine:
 
     def generate(self, prompt_ids: list[int], salt: str, max_tokens: int = 6):
         """One greedy request (top-2 logprobs); `salt` keys its blocks: a new salt is a cold run."""
+        return self.generate_many([prompt_ids], salt, max_tokens)[0]
+
+    def generate_many(self, prompts: list[list[int]], salt: str, max_tokens: int = 6):
+        """Greedy requests (top-2 logprobs) submitted together; `salt` keys their blocks."""
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=max_tokens, temperature=0, logprobs=2, ignore_eos=True)
         with self._cpu():
-            return self.llm.generate([{"prompt_token_ids": prompt_ids, "cache_salt": salt}], params,
-                                     use_tqdm=False)[0]
+            return self.llm.generate([{"prompt_token_ids": ids, "cache_salt": salt} for ids in prompts], params,
+                                     use_tqdm=False)
 
     @property
     def vllm_config(self):

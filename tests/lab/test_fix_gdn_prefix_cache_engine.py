@@ -62,3 +62,20 @@ def test_without_compact_gdn_prefix_caching_is_refused_not_served_wrong(qwen35_d
     finally:
         engine.close()
     _check(engine, qwen35_reference, ids, out, "a cold chunked run without compact GDN")
+
+
+def test_cold_prompts_arriving_together_share_prefill_batches(qwen35_dir, qwen35_reference):
+    """The recipe's buckets merge up to 8 new prompts into one prefill batch. The stock runner asserts
+    one request per batch when prefix caching is on (the engine core dies); with the fix each request
+    in a merged batch gives the tokens it gives alone, and transformers' reference."""
+    import _serving
+
+    prompts = [_engine.prompt(900 + i, 60 + 97 * i) for i in range(6)]
+    prompts += [prompts[5][:2 * B] + _engine.prompt(950 + i, 40 + i) for i in range(2)]  # hits on prompt 5
+    with _engine.engine(qwen35_dir, num_blocks=64, max_num_seqs=8, env=_serving.BUCKET_ENV) as engine:
+        together = engine.generate_many(prompts, salt="together")
+        alone = [engine.generate(ids, salt=f"alone-{i}") for i, ids in enumerate(prompts)]
+    for i, (ids, t, a) in enumerate(zip(prompts, together, alone, strict=True)):
+        tokens = [s["token"] for s in _engine.generated(t)]
+        assert tokens == [s["token"] for s in _engine.generated(a)], f"prompt {i} in a merged batch against alone"
+        _check(engine, qwen35_reference, ids, t, f"prompt {i} in a merged batch")
