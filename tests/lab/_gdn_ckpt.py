@@ -254,7 +254,7 @@ class Pool:
 
 def hybrid_caches(gdn_first: bool, max_reqs: int = 3, num_blocks: int = 4, block_tokens: int = BLOCK_TOKENS,
                   layer: TinyGDN | None = None, gdn_groups: int = 1, tensors: int = 1, prefix_caching: bool = False,
-                  kv_heads: int = 1, head_size: int = 8):
+                  kv_heads: int = 1, head_size: int = 8, prefix_match_unit: int | None = None):
     """Run the tree's real `HPUModelRunner.initialize_kv_cache` (hybrid cache, compact GDN) for
     `tensors` KV tensors, each shared by one GDN layer of each of `gdn_groups` GDN groups
     (`gdn.<g>.<t>`) and one attention layer (`attn.<t>`), the GDN groups listed first (vLLM's order
@@ -294,7 +294,8 @@ def hybrid_caches(gdn_first: bool, max_reqs: int = 3, num_blocks: int = 4, block
         attn_block_size=KERNEL_BLOCK, block_size=KERNEL_BLOCK, is_encoder_only_attn=False,
         maybe_add_kv_sharing_layers_to_kv_cache_groups=noop, may_add_encoder_only_layers_to_kv_cache_config=noop,
         initialize_attn_backend=noop, may_reinitialize_input_batch=noop,
-        vllm_config=types.SimpleNamespace(compilation_config=types.SimpleNamespace(static_forward_context={})))
+        vllm_config=types.SimpleNamespace(compilation_config=types.SimpleNamespace(static_forward_context={}),
+                                          cache_config=types.SimpleNamespace(prefix_match_unit=prefix_match_unit)))
     kernel = [KERNEL_BLOCK if isinstance(g.kv_cache_spec, FullAttentionSpec) else g.kv_cache_spec.block_size
               for g in groups]
     saved = {n: getattr(hmr, n) for n in ("prepare_kernel_block_sizes", "maybe_set_mamba_kv_cache_groups_ids",

@@ -110,15 +110,63 @@ def _block_ids(runner, gdn: list[list[int]], attn: list[int]) -> tuple:
     return tuple(out)
 
 
+def _serving_config(**changes):
+    """The runner's view of a serving configuration: prefix caching in vLLM's `align` mode, nothing else."""
+    config = {"cache_config": SimpleNamespace(enable_prefix_caching=True, mamba_cache_mode="align"),
+              "speculative_config": None, "kv_transfer_config": None}
+    return SimpleNamespace(**(config | changes))
+
+
 def test_prefix_caching_without_compact_gdn_is_refused(monkeypatch):
     runner = object.__new__(HPUModelRunner)
-    runner.vllm_config = SimpleNamespace(cache_config=SimpleNamespace(enable_prefix_caching=True))
+    runner.vllm_config = _serving_config()
     monkeypatch.setenv("VLLM_COMPACT_GDN", "0")
     with pytest.raises(ValueError, match="VLLM_COMPACT_GDN=1"):
         runner._check_gdn_prefix_cache()
     monkeypatch.setenv("VLLM_COMPACT_GDN", "1")
     runner._check_gdn_prefix_cache()
     assert "self._check_gdn_prefix_cache()" in inspect.getsource(HPUModelRunner.__init__)
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({"speculative_config": SimpleNamespace(method="ngram")}, "speculative decoding"),
+    ({"kv_transfer_config": SimpleNamespace(kv_connector="ExampleConnector")}, "a KV connector"),
+    ({"cache_config": SimpleNamespace(enable_prefix_caching=True, mamba_cache_mode="all")}, "mamba_cache_mode 'all'"),
+], ids=["speculative-decoding", "kv-connector", "mamba-cache-mode"])
+def test_what_the_checkpoints_cannot_serve_is_refused_at_start_up(monkeypatch, changes, reason):
+    """The stock runner starts with each of these; with speculative decoding its first step raises
+    inside execute_model (tests/lab/test_fix_gdn_prefix_cache_engine.py), ending every request."""
+    monkeypatch.setenv("VLLM_COMPACT_GDN", "1")
+    runner = object.__new__(HPUModelRunner)
+    runner.vllm_config = _serving_config(**changes)
+    with pytest.raises(ValueError, match=reason):
+        runner._check_gdn_prefix_cache()
+
+
+@pytest.mark.parametrize("unit, refused", [(KERNEL_BLOCK, True), (BLOCK // 2, True), (BLOCK, False),
+                                           (2 * BLOCK, False)])
+def test_a_prefix_match_unit_inside_a_block_is_refused_at_start_up(unit, refused):
+    """vLLM matches prefixes every `prefix_match_unit` tokens; a hit that ends inside a block has no
+    checkpoint to resume from (the stock runner serves it from a wrong state)."""
+    if not refused:
+        runner, _ = hybrid_caches(gdn_first=True, prefix_caching=True, prefix_match_unit=unit)
+        assert runner._gdn_checkpoint_tensors
+        return
+    with pytest.raises(ValueError, match=f"prefix_match_unit {unit} lets a prefix-cache hit end inside"):
+        hybrid_caches(gdn_first=True, prefix_caching=True, prefix_match_unit=unit)
+
+
+def test_a_kv_cache_with_nowhere_to_keep_checkpoints_is_refused_at_start_up():
+    """No KV tensor shared by GDN layers and an attention layer: no page can hold a checkpoint. The
+    stock runner has no checkpoints; a silent empty list would serve every hit from a wrong state."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+
+    runner, _ = hybrid_caches(gdn_first=True, prefix_caching=True)
+    attn = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=8, dtype=torch.bfloat16)
+    config = KVCacheConfig(num_blocks=4, kv_cache_groups=[KVCacheGroupSpec(["attn.0"], attn)],
+                           kv_cache_tensors=[KVCacheTensor(size=attn.page_size_bytes * 4, shared_by=["attn.0"])])
+    with pytest.raises(ValueError, match="no KV tensor shared by GDN layers and an attention layer"):
+        runner._find_gdn_checkpoint_tensors(config, {})
 
 
 @pytest.mark.parametrize("gdn_first", [True, False], ids=["gdn-groups-first", "attention-group-first"])

@@ -79,3 +79,21 @@ def test_cold_prompts_arriving_together_share_prefill_batches(qwen35_dir, qwen35
         tokens = [s["token"] for s in _engine.generated(t)]
         assert tokens == [s["token"] for s in _engine.generated(a)], f"prompt {i} in a merged batch against alone"
         _check(engine, qwen35_reference, ids, t, f"prompt {i} in a merged batch")
+
+
+def test_speculative_decoding_with_prefix_caching_is_refused_before_any_request(qwen35_dir):
+    """Steps that accept draft tokens end where the runner cannot checkpoint. The stock engine starts,
+    and its first step with a draft raises inside execute_model, which ends every request in flight;
+    with the fix the engine does not start, and says why."""
+    spec = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    try:
+        engine = _engine.Engine(qwen35_dir, speculative_config=spec)
+    except ValueError as exc:
+        assert "speculative decoding" in str(exc), exc
+        return
+    try:
+        out = engine.generate(_engine.prompt(11, 2 * B + 5), salt="spec")
+    finally:
+        engine.close()
+    pytest.fail("the engine started with speculative decoding and prefix caching, and served "
+                f"{out.outputs[0].token_ids}")
