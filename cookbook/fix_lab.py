@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -129,7 +128,9 @@ def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         opt_in = [n for n in present if n in profile.opt_in]
-        cmd = [sys.executable, str(FIXES / "apply_all.py"), "--profile", profile_name, *opt_in, "--site", str(site),
+        # The lab's Python, the one that imports the tree: a fix's dependency ranges are checked on its path.
+        python = environment() / "bin" / "python"
+        cmd = [str(python), str(FIXES / "apply_all.py"), "--profile", profile_name, *opt_in, "--site", str(site),
                "--pack", str(Path(tmp) / "pack.json"), "--record", str(site / "fix-record.json"), "--quiet"]
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **APPLY_ENV})
     if proc.returncode != 0:

@@ -81,6 +81,9 @@ class FixSpec(_Strict):
     patches: list[PatchRef]
     requires: list[StrictStr] = []
     env: dict[StrictStr, StrictStr] = {}
+    # distribution -> version range the patched code needs, e.g. {xgrammar: ">=0.2.4"}; apply_all.py
+    # checks it against the image's pip metadata
+    dists: dict[StrictStr, StrictStr] = {}
     modes: list[Literal["compile", "lazy"]] = ["compile", "lazy"]
     opt_in: bool = False
     upstream: StrictStr | None = None
@@ -133,6 +136,12 @@ def load_fix(name: str, fixes_dir: Path | None = None) -> FixSpec:
         if getattr(spec, key).strip().upper().startswith("TODO"):
             raise FixError(f"fix {name}: `{key}` is still the scaffold's TODO",
                            where=where(path, source.line_of((key,)), key), hint="say it in a sentence or two")
+    for dist, range_ in spec.dists.items():
+        try:
+            patch_applier().parse_range(range_)
+        except ValueError as exc:
+            raise FixError(f"fix {name}: dists {dist}: {exc}",
+                           where=where(path, source.line_of(("dists", dist)), f"dists.{dist}")) from None
     declared = {(t.package, f): sha for t in spec.targets for f, sha in t.files.items()}
     for (package, file), sha in declared.items():
         if not re.match(SHA256, sha):
@@ -248,6 +257,7 @@ def pack_index(profiles: list[str] | None = None, only: list[str] | None = None,
                 "title": fix.title,
                 "requires": fix.requires,
                 "env": fix.env,
+                "dists": fix.dists,
                 "modes": fix.modes,
                 "opt_in": fix.opt_in,
                 "targets": [{"package": t.package, "path": f, "sha256": sha}

@@ -15,17 +15,18 @@ Usage:
 
 --profile applies the profile's fixes that are in this pack and not opt-in, plus the opt-ins
 named. It refuses (changing nothing) unless every requirement, env guard (e.g.
-VLLM_COMPACT_GDN=1) and mode holds (PT_HPU_LAZY_MODE=1 means lazy, otherwise compile), the
-installed versions and commits are the profile's, and every target file is the pristine release
-file. It then applies every patch to copies in a staging directory (git apply, or patch where
-git is absent), replaces the changed files and writes the record (default
-/opt/cookbook/fix-record.json). Running it again with the same selection does nothing.
+VLLM_COMPACT_GDN=1), dependency range (e.g. xgrammar>=0.2.4) and mode holds (PT_HPU_LAZY_MODE=1
+means lazy, otherwise compile), the installed versions and commits are the profile's, and every
+target file is the pristine release file. It then applies every patch to copies in a staging
+directory (git apply, or patch where git is absent), replaces the changed files and writes the
+record (default /opt/cookbook/fix-record.json). Running it again with the same selection does nothing.
 
 --check verifies the image against its record: every patched file unchanged, the required env
 set, and the HPU mode the fixes were applied for. It is fast enough for container start-up.
 --revert reverse-applies the recorded fixes, restoring the pristine files, and removes the record.
 --list shows a profile's fixes: profile or opt-in, in this pack or not.
---site DIR looks for the packages in DIR instead of on sys.path (tests, unusual layouts).
+--site DIR looks for the packages in DIR instead of on sys.path (tests, unusual layouts); a fix's
+dependencies are looked for in DIR, then on the path of the Python running this script.
 
 Exit status: 0 success, 1 refused (nothing changed), 2 usage error.
 """
@@ -240,6 +241,14 @@ def pack_problem(pack):
         env = fix.get("env", {})
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             return f"fix {name}: 'env' must map names to strings"
+        dists = fix.get("dists", {})
+        if not isinstance(dists, dict) or not all(isinstance(v, str) for v in dists.values()):
+            return f"fix {name}: 'dists' must map distribution names to version ranges"
+        for dist, spec in dists.items():
+            try:
+                parse_range(spec)
+            except ValueError as exc:
+                return f"fix {name}: 'dists' {dist}: {exc}"
     return None
 
 
@@ -339,6 +348,89 @@ def plan_selection(pack, profile_name, profile, named, environ):
         "env": env,
         "mode": current_mode(environ),
     }
+
+
+# ------------------------------------------------------------------------- dependency ranges
+
+
+def version_key(version):
+    """A PEP 440 version's release as a comparable key, or None: trailing zeros dropped, then 0 for
+    a pre- or dev release and 1 otherwise, so 0.2.4rc1 < 0.2.4 == 0.2.4.0 == 0.2.4.post1 == 0.2.4+cpu.
+    Post and local parts are not ordered: a range names releases."""
+    import re
+
+    match = re.match(r"^v?(\d+(?:\.\d+)*)(.*)$", version.strip())
+    if not match:
+        return None
+    release = [int(part) for part in match.group(1).split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    pre = re.match(r"^[-_.]?(a|b|c|rc|alpha|beta|pre|preview|dev)", match.group(2), re.IGNORECASE)
+    return tuple(release), 0 if pre else 1
+
+
+RANGE_OPS = (">=", "<=", "==", "!=", ">", "<")
+
+
+def parse_range(spec):
+    """[(operator, key)] of a range like ">=0.2.4,<1.0"; ValueError when it is not one."""
+    clauses = []
+    for part in spec.split(","):
+        part = part.strip()
+        op = next((op for op in RANGE_OPS if part.startswith(op)), None)
+        key = version_key(part[len(op):]) if op else None
+        if key is None:
+            raise ValueError(f"{spec!r} is not a version range like '>=0.2.4' or '>=0.2.4,<1.0'")
+        clauses.append((op, key))
+    return clauses
+
+
+def in_range(version, spec):
+    """Whether an installed version string falls in the range spec."""
+    import operator
+
+    ops = {">=": operator.ge, "<=": operator.le, "==": operator.eq,
+           "!=": operator.ne, ">": operator.gt, "<": operator.lt}
+    key = version_key(version)
+    return key is not None and all(ops[op](key, want) for op, want in parse_range(spec))
+
+
+def dependency_version(dist, site):
+    """The installed version of a fix's dependency: in --site DIR first, then on the path of the
+    Python running this script (the image's, which serves with it); None when not installed."""
+    import importlib.metadata
+
+    if site:
+        for found in importlib.metadata.distributions(name=dist, path=[site]):
+            return found.version
+    try:
+        return importlib.metadata.distribution(dist).version
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_dists(kept, fixes, site):
+    """{dist: installed version} for the kept fixes' dependency ranges; refuses when one is not installed
+    or out of its range."""
+    found, problems = {}, []
+    where = f" in {site} or on this Python's path" if site else ""
+    for name in kept:
+        for dist, spec in sorted(fixes[name].get("dists", {}).items()):
+            version = dependency_version(dist, site)
+            if version is None:
+                problems.append(
+                    f"{name} needs {dist}{spec}, which is not installed{where}: install it, or leave {name} out"
+                )
+            elif not in_range(version, spec):
+                problems.append(
+                    f"{name} needs {dist}{spec}, found {dist} {version}: install {dist}{spec} in the image, "
+                    f"or leave {name} out"
+                )
+            else:
+                found[dist] = version
+    if problems:
+        raise PackError("\n".join(problems))
+    return found
 
 
 # ---------------------------------------------------------------------------- image match (5)
@@ -776,6 +868,7 @@ def build_record(profile_name, pack_sha, plan, packages, targets, touched, origi
         "skipped": plan["skipped"],
         "not_in_pack": plan["not_in_pack"],
         "env": plan["env"],
+        "dists": plan["dists"],
         "packages": packages,
         "files": files,
     }
@@ -788,6 +881,7 @@ def cmd_apply(args, log):
     fixes = pack["fixes"]
     profile = get_profile(pack, args.profile)
     plan = plan_selection(pack, args.profile, profile, args.opt_in, os.environ)
+    plan["dists"] = check_dists(plan["fixes"], fixes, args.site)
     report_selection(plan, args.profile, log)
 
     packages, problems = inspect_packages(args.profile, profile, args.site)

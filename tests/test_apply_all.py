@@ -403,6 +403,76 @@ def test_lazy_mode_refuses_named_compile_only_opt_in(cb):
     refused(cb, before, result, "strict-think-end runs only in compile mode, but this build is lazy mode")
 
 
+# A made-up distribution (never on this Python's path): a fix's dependency, installed in the test site.
+DEP = "cookbook-test-dep"
+
+
+def needs(cb: Cookbook, fix: str, dists: dict[str, str], installed: str | None = None):
+    """The pack says `fix` needs `dists`; with `installed`, DEP at that version is in the site."""
+    cb.edit_pack(lambda pack: pack["fixes"][fix].update(dists=dists))
+    if installed:
+        meta = cb.site / f"{DEP.replace('-', '_')}-{installed}.dist-info" / "METADATA"
+        meta.parent.mkdir(parents=True)
+        meta.write_text(f"Metadata-Version: 2.1\nName: {DEP}\nVersion: {installed}\n")
+
+
+@pytest.mark.parametrize("installed", ["0.2.4", "0.2.9", "0.2.4.post1", "0.2.10+cpu", "0.3"])
+def test_dependency_in_range_applies_and_is_recorded(cb, installed):
+    needs(cb, "hybrid-decode-pad", {DEP: ">=0.2.4,<1.0"}, installed)
+    result = cb.apply()
+    assert result.code == 0, result.out
+    assert cb.record_json()["dists"] == {DEP: installed}
+
+
+@pytest.mark.parametrize("installed", ["0.2.1", "0.2.4rc1", "0.2.4.dev3", "1.0.0"])
+def test_dependency_out_of_range_refused(cb, installed):
+    needs(cb, "hybrid-decode-pad", {DEP: ">=0.2.4,<1.0"}, installed)
+    before = cb.snapshot()
+    result = cb.apply()
+    refused(cb, before, result, f"hybrid-decode-pad needs {DEP}>=0.2.4,<1.0, found {DEP} {installed}: install")
+
+
+def test_dependency_not_installed_refused(cb):
+    needs(cb, "strict-think-end", {DEP: ">=0.2.4"})
+    before = cb.snapshot()
+    assert cb.apply().code == 0 and cb.run("--revert").code == 0  # not selected: not checked
+    result = cb.apply("strict-think-end")
+    refused(cb, before, result, f"strict-think-end needs {DEP}>=0.2.4, which is not installed in {cb.site}")
+
+
+def test_dependency_found_on_the_running_pythons_path(cb):
+    # With --site, what is not in DIR is looked for where the running Python imports from (the lab's case:
+    # the release tree in DIR, its dependencies in the lab's environment).
+    import importlib.metadata
+
+    needs(cb, "hybrid-decode-pad", {"pytest": ">=1"})
+    result = cb.apply()
+    assert result.code == 0, result.out
+    assert cb.record_json()["dists"] == {"pytest": importlib.metadata.version("pytest")}
+
+
+@pytest.mark.parametrize("spec", [">0.2", "0.2.4", ">=", ">=0.2.4,", "~=0.2.4", ">=x.y"])
+def test_a_pack_with_a_malformed_dependency_range_is_refused(cb, spec):
+    needs(cb, "hybrid-decode-pad", {DEP: spec}, "0.2.9")
+    before = cb.snapshot()
+    result = cb.apply()
+    if spec == ">0.2":  # a well-formed range: the control
+        assert result.code == 0, result.out
+        return
+    refused(cb, before, result, f"fix hybrid-decode-pad: 'dists' {DEP}: {spec!r} is not a version range")
+
+
+@pytest.mark.parametrize(("version", "spec", "inside"), [
+    ("0.2.4", ">=0.2.4", True), ("0.2.3", ">=0.2.4", False), ("0.2.10", ">=0.2.4", True),
+    ("0.2.4rc1", ">=0.2.4", False), ("0.2.4rc1", ">=0.2.3", True), ("0.2.4.0", "==0.2.4", True),
+    ("0.2.4.post2", "<=0.2.4", True), ("1.0.0", "<1.0", False), ("0.9.9", "<1", True),
+    ("0.2.9", "!=0.2.9", False), ("0.2.9", ">0.2.8,<0.3", True), ("v0.2.9", ">=0.2.4", True),
+    ("unknown", ">=0", False),
+])
+def test_version_ranges_compare_releases(version, spec, inside):
+    assert load_module().in_range(version, spec) is inside
+
+
 # ------------------------------------------------------------------------------------- image match
 
 

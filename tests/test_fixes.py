@@ -105,6 +105,15 @@ def test_scaffold_todo_refused(pack):
         fixes.load_fix("prompt-order", root)
 
 
+def test_malformed_dependency_range_named_with_line(pack):
+    # apply_all.py's own reading of a range: the host refuses what the image would refuse.
+    root, write = pack
+    write("prompt-order", spec={"dists": {"xgrammar": "0.2.4"}})
+    with pytest.raises(FixError, match="dists xgrammar: '0.2.4' is not a version range") as err:
+        fixes.load_fix("prompt-order", root)
+    assert "(key dists.xgrammar)" in str(err.value)
+
+
 def test_requires_cycle(pack):
     root, write = pack
     write("prompt-order", spec={"requires": ["sampling-rows-refresh"]})
@@ -134,12 +143,13 @@ def test_opt_in_flag_must_agree_with_profile(pack):
 def test_pack_index_lists_fixes_with_patch_hashes(pack):
     root, write = pack
     write("hybrid-decode-pad")
-    write("gdn-prefix-cache",
-          spec={"opt_in": True, "requires": ["hybrid-decode-pad"], "env": {"VLLM_COMPACT_GDN": "1"}})
+    write("gdn-prefix-cache", spec={"opt_in": True, "requires": ["hybrid-decode-pad"],
+                                    "env": {"VLLM_COMPACT_GDN": "1"}, "dists": {"xgrammar": ">=0.2.4,<1.0"}})
     index = fixes.pack_index(fixes_dir=root)
     assert list(index["fixes"]) == ["gdn-prefix-cache", "hybrid-decode-pad"]
     gdn = index["fixes"]["gdn-prefix-cache"]
     assert gdn["env"] == {"VLLM_COMPACT_GDN": "1"} and gdn["requires"] == ["hybrid-decode-pad"]
+    assert gdn["dists"] == {"xgrammar": ">=0.2.4,<1.0"} and index["fixes"]["hybrid-decode-pad"]["dists"] == {}
     assert gdn["patches"][0]["file"] == "gdn-prefix-cache/0001.patch" and len(gdn["patches"][0]["sha256"]) == 64
     assert gdn["targets"] == [{"package": "vllm_gaudi", "path": "x.py", "sha256": SHA}]
     only = fixes.pack_index(only=["hybrid-decode-pad"], fixes_dir=root)
