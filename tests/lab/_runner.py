@@ -12,7 +12,10 @@ Standing in, because only a Gaudi runs them:
 - the input preparation (`_prepare_inputs`): all prompts in one right-padded prefill batch, the
   decodes in one decode batch; bucketing and attention metadata are not under test;
 - the bookkeeping `_update_states` does between steps (computed tokens advance by what was
-  scheduled), and the async-scheduling set-up of the runner's `__init__`.
+  scheduled), and the runner's `__init__`: the batch is made as it makes it (under async scheduling
+  with the flag the fix adds; stock has none) and, with `hybrid`, made again by the release's own
+  `may_reinitialize_input_batch` for two KV cache groups, as `initialize_kv_cache` does for every
+  hybrid model.
 """
 
 from types import SimpleNamespace
@@ -56,7 +59,7 @@ class Model:
 class Runner:
     """The release's runner methods on a spec'd mock, with a real input batch."""
 
-    def __init__(self, monkeypatch, model: Model, multimodal=False, async_scheduling=False):
+    def __init__(self, monkeypatch, model: Model, multimodal=False, async_scheduling=False, hybrid=False):
         from _step import CPU, point_h2d_at_cpu, spec_runner
         from vllm_gaudi.v1.worker.hpu_input_batch import InputBatch
 
@@ -64,12 +67,14 @@ class Runner:
         self.batch = InputBatch(
             max_num_reqs=4, max_model_len=64, max_num_batched_tokens=64, device=CPU, pin_memory=False,
             vocab_size=VOCAB, block_sizes=[128], kernel_block_sizes=[128],
-            logitsprocs=_builtin_logitsprocs(CPU))
-        runner = spec_runner(BOUND, self.batch, max_model_len=64, async_scheduling=async_scheduling)
+            logitsprocs=_builtin_logitsprocs(CPU), **({"async_scheduling": True} if async_scheduling else {}))
+        bound = BOUND + (("may_reinitialize_input_batch",) if hybrid else ())
+        runner = spec_runner(bound, self.batch, max_model_len=64, async_scheduling=async_scheduling)
         runner.model = self.model = model
         if async_scheduling:  # what the runner's __init__ sets up for async scheduling
             runner.async_output_copy_stream = torch.hpu.Stream()
-            self.batch.async_output_token_ids = {}
+        if hybrid:
+            self.batch = _reinitialize_for_two_groups(runner)
         runner.model_has_chunked_attention = False
         runner.warmup_mode = False
         runner.supports_mm_inputs = multimodal
@@ -89,7 +94,8 @@ class Runner:
 
         params.setdefault("temperature", 0.0)
         state = CachedRequestState(req_id=req_id, prompt_token_ids=prompt, mm_features=[],
-                                   sampling_params=SamplingParams(**params), generator=None, block_ids=[[0]],
+                                   sampling_params=SamplingParams(**params), generator=None,
+                                   block_ids=[[0] for _ in self.batch.block_table.block_tables],
                                    num_computed_tokens=0, output_token_ids=[])
         self.runner.requests[req_id] = state
         self.batch.add_request(state)
@@ -133,6 +139,21 @@ class Runner:
                                      attn_metadata=MagicMock(is_prompt=False),
                                      logits_indices=torch.arange(num_decodes))
         return (prefill, None), (decode, None)
+
+
+def _reinitialize_for_two_groups(runner):
+    """The release's `may_reinitialize_input_batch` for a hybrid model's KV cache groups (an attention
+    and a linear-attention group of 256-token blocks, kernel blocks of 128); returns the new batch."""
+    group = SimpleNamespace(kv_cache_spec=SimpleNamespace(block_size=256))
+    runner.cache_config = SimpleNamespace(block_size=128)
+    runner.vllm_config.offload_config.uva.cpu_offload_gb = 0
+    runner.max_num_reqs, runner.max_encoder_len, runner.max_num_tokens = 4, 0, 64
+    runner.pin_memory = runner.is_pooling_model = False
+    runner.model_config = SimpleNamespace(get_vocab_size=lambda: VOCAB)
+    before = runner.input_batch
+    runner.may_reinitialize_input_batch(SimpleNamespace(kv_cache_groups=[group, group]), [128, 128])
+    assert runner.input_batch is not before and runner.input_batch.logitsprocs is before.logitsprocs
+    return runner.input_batch
 
 
 def _builtin_logitsprocs(device):

@@ -169,16 +169,19 @@ def test_min_p_on_a_padded_subset(batch):
     assert sum(d[1] != TOP for d in draws) >= 5
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
-def test_min_tokens_through_the_runner_steps(monkeypatch, async_scheduling):
+@pytest.mark.parametrize("async_scheduling, hybrid", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["sync", "async", "sync-hybrid", "async-hybrid"])
+def test_min_tokens_through_the_runner_steps(monkeypatch, async_scheduling, hybrid):
     """Three steps of the release's sample_tokens (a prefill, two decodes; see _runner.py). Under
     async scheduling the sampled tokens stay on the device and the requests' output lists do not
-    grow, yet min_tokens must count them: the stop token is banned for exactly two tokens."""
+    grow, yet min_tokens must count them: the stop token is banned for exactly two tokens. For a
+    hybrid model the runner makes its batch again when the KV cache is set up
+    (`may_reinitialize_input_batch`); the count must live on in that batch."""
     from _runner import VOCAB, Model, Runner
 
     row = torch.zeros(VOCAB)
     row[TOP], row[SECOND] = 5.0, 4.0
-    runner = Runner(monkeypatch, Model(fixed_logits=row), async_scheduling=async_scheduling)
+    runner = Runner(monkeypatch, Model(fixed_logits=row), async_scheduling=async_scheduling, hybrid=hybrid)
     runner.add("a", [1, 2, 3], min_tokens=2, stop_token_ids=[TOP])
     runner.add("x", [4, 5, 6])
     tokens = {"a": [], "x": []}
