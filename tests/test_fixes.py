@@ -13,6 +13,7 @@ from cookbook.paths import FIXES
 REAL_ORDER = ["prompt-order", "sampling-rows-refresh", "structured-output-rows", "bad-words-index", "logitsprocs-rows",
               "async-discard-counter", "async-penalty-tokens", "resumed-prefill-logits", "hybrid-decode-pad",
               "gather-logprobs-int32", "prompt-logprobs", "logprobs-decode-guard", "rope-cpu-cache", "seeded-sampling",
+              "partial-prefill-draws",
               "gdn-prefix-cache", "strict-think-end", "whitespace-free-forced-tool-calls"]
 SHA = "0" * 64
 

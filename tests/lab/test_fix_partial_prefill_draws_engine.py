@@ -1,0 +1,47 @@
+"""partial-prefill-draws, end to end: a seeded request's tokens do not depend on how its prompt is
+chunked. With async scheduling (vLLM 0.26.0's default) or a structured-output request in the step, the
+runner gives a chunk that does not finish its prompt one logits row, samples it and throws the token
+away; the stock sampler draws that row from the request's seeded generator, so every chunk before
+the last moves the request's random stream one draw ahead. vLLM's GPU runner rewinds the generator of
+such a row.
+
+The release's engine on the CPU (tests/lab/_engine.py), the tiny Qwen3.5 hybrid, prefix caching off:
+the same seeded requests on an engine that prefills in chunks of two blocks with async scheduling,
+and on one that prefills each prompt in one step without it."""
+
+import _engine
+import _serving
+import pytest
+
+B = _engine.BLOCK
+
+
+def _seeded(engine, prompts, seed):
+    from vllm import SamplingParams
+
+    with engine._cpu():
+        outs = engine.llm.generate([{"prompt_token_ids": p} for p in prompts],
+                                   SamplingParams(temperature=1.0, seed=seed, max_tokens=8, ignore_eos=True),
+                                   use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    # 1, 2 and 3 chunks of 512 tokens: no, one and two thrown-away draws on the chunking engine.
+    return [_engine.prompt(40 + n, n * 2 * B - 100) for n in (1, 2, 3)]
+
+
+@pytest.fixture(scope="module")
+def in_one_step(qwen35_dir, prompts):
+    with _engine.engine(qwen35_dir, **_serving.ALONE) as engine:
+        return _seeded(engine, prompts, seed=5)
+
+
+def test_a_seeded_prompt_prefilled_in_chunks_samples_what_it_samples_in_one_step(qwen35_dir, prompts, in_one_step):
+    with _engine.engine(qwen35_dir, prefix_caching=False, async_scheduling=True) as engine:
+        chunked = _seeded(engine, prompts, seed=5)
+    assert chunked[0] == in_one_step[0], "a one-chunk prompt must not differ: the comparison itself is off"
+    bad = [f"{n + 1} chunks: {c} against {o} in one step" for n, (c, o) in enumerate(zip(chunked, in_one_step,
+                                                                                          strict=True)) if c != o]
+    assert not bad, "; ".join(bad)
