@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -308,8 +309,8 @@ class Report:
                 and not any(a.problems for a in self.alone))
 
 
-# Fix-alone runs at a time: each is a pytest process of its own (2 cores here).
-ALONE_WORKERS = 2
+# Lab runs at a time: each is a pytest process of its own (2 cores here).
+LAB_WORKERS = 2
 
 
 def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: bool = False,
@@ -346,19 +347,22 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
                 shutil.rmtree(dest)
             say(f"fix lab: laying out the {kind} tree in {dest}")
             trees[kind] = make_tree(dest, profile_name, patched=kind == "patched", fixes_dir=fixes_dir)
-        runs = []
-        for kind in ("pristine", "patched"):
-            say(f"fix lab: {len(targets)} fix module(s) on the {kind} tree")
-            runs.append(run(trees[kind], targets) if targets else Run(trees[kind]))
-        report = Report(verdicts(runs[0], runs[1], names), runs=tuple(runs))
-        if alone:
-            say(f"fix lab: {len(fix_names)} fixes, each alone on a pristine tree")
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(ALONE_WORKERS) as pool:  # trees in the temporary folder, even with --keep
-                report.alone = list(pool.map(lambda n: run_alone(Path(tmp), n, profile_name, fixes_dir), fix_names))
-        if with_upstream:
-            report.upstream = run_upstream(trees["patched"], upstream_pass_list(), profile_name)
+        say(f"fix lab: {len(targets)} module(s) on the pristine and the patched tree"
+            + (f", {len(fix_names)} fixes each alone on a pristine tree" if alone else "")
+            + (", upstream's unit tests on the patched tree" if with_upstream else ""))
+        # Every run is a pytest process of its own: LAB_WORKERS at a time, the longest first.
+        kinds = ("pristine", "patched")
+        with ThreadPoolExecutor(LAB_WORKERS) as pool:
+            tree_runs = [pool.submit(run, trees[kind], targets) if targets else None for kind in kinds]
+            upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_pass_list(), profile_name)
+                            if with_upstream else None)
+            # The fix-alone trees go in the temporary folder, even with --keep.
+            alone_runs = [pool.submit(run_alone, Path(tmp), n, profile_name, fixes_dir)
+                          for n in (fix_names if alone else [])]
+            runs = [f.result() if f else Run(trees[kind]) for f, kind in zip(tree_runs, kinds, strict=True)]
+            report = Report(verdicts(runs[0], runs[1], names), runs=tuple(runs),
+                            alone=[f.result() for f in alone_runs],
+                            upstream=upstream_run.result() if upstream_run else None)
     return report
 
 
