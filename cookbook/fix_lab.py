@@ -177,7 +177,7 @@ def lab_env_vars(tree: Path) -> dict[str, str]:
 
 
 def run(tree: Path, targets: list[str], *, cwd: Path = LAB_TESTS, extra: list[str] | None = None,
-        timeout: int = 1200) -> Run:
+        timeout: int = 3600) -> Run:
     """Run pytest in the lab environment on `tree`; outcomes come from pytest's junit XML."""
     python = environment() / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix="cookbook-labrun.") as tmp:
