@@ -184,6 +184,26 @@ def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile="v0.2
 
 
 
+@task(help={"keep": "lay the trees out here and keep them",
+            "workload": "the counter's workload: sampling (the guard's) or greedy",
+            "no_prefix_caching": "serve with prefix caching off", "sync_scheduling": "serve with async scheduling off",
+            "profile": "fix profile"})
+@edge
+def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_scheduling=False, profile="v0.26.0"):
+    """What the pack costs on the hot path: host syncs per steady decode step, pristine against patched."""
+    from pathlib import Path
+
+    from cookbook import fix_lab
+
+    args = ("--workload", workload) + (("--no-prefix-caching",) if no_prefix_caching else ()) + (
+        ("--sync-scheduling",) if sync_scheduling else ())
+    report = fix_lab.cost(Path(keep) if keep else None, args, profile)
+    for line in fix_lab.describe_cost(report):
+        print(line)
+    if report.problems:
+        raise Exit("the pack adds host syncs to a steady decode step (above)", code=1)
+
+
 @task(help={"to": "vllm-gaudi tag or commit to check the pack against", "from_": "git URL or local mirror of "
             "vllm-gaudi (default GitHub; not needed when the cache has REF)", "vllm": "vLLM version on PyPI "
             "(default: the one REF pins)", "profile": "fix profile whose pack to carry over",
@@ -202,7 +222,7 @@ def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_r
 
 
 ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, new=fixes_new,
-                             lab=fixes_lab, drift=fixes_drift))
+                             lab=fixes_lab, cost=fixes_cost, drift=fixes_drift))
 
 
 @task(help={"recipe": "recipe id or path", "image": "image to check (default: the recipe's moving tag)",

@@ -73,6 +73,16 @@ class PatchRef(_Strict):
     file: StrictStr
 
 
+class HostSync(_Strict):
+    """A host synchronisation a fix adds to a steady decode step on purpose (the fix lab's cost guard,
+    tests/test_fix_lab_cost.py, lets it pass): where, what it costs, and why it cannot be avoided."""
+
+    site: StrictStr = Field(pattern=r"^(vllm|vllm_gaudi)/\S+\.py::\w+$",
+                            description="<file under the site-packages tree>::<function>, as the lab names it")
+    cost: StrictStr
+    why: StrictStr
+
+
 class FixSpec(_Strict):
     title: StrictStr
     why: StrictStr
@@ -87,6 +97,7 @@ class FixSpec(_Strict):
     modes: list[Literal["compile", "lazy"]] = ["compile", "lazy"]
     opt_in: bool = False
     upstream: StrictStr | None = None
+    host_syncs: list[HostSync] = []
 
 
 def profile_names(fixes_dir: Path | None = None) -> list[str]:

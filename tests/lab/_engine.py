@@ -13,9 +13,9 @@ them), and the engine's chunks of 512 tokens end on block boundaries. `BLOCK` is
 test_gdn_engine.py checks vLLM derives it.
 
 `Engine` starts `vllm.LLM` on the tree's `HpuPlatform` under upstream's `VLLM_USE_FAKE_HPU=1`:
-enforce_eager, the engine core in-process, the tree's plain prompt attention
-(`VLLM_PROMPT_USE_FUSEDSDPA=0`), a fixed number of KV blocks, chunks of two blocks. `Reference` is
-transformers' greedy output on the same weights.
+enforce_eager (with `compiled`, the release's torch.compile regions instead), the engine core
+in-process, the tree's plain prompt attention (`VLLM_PROMPT_USE_FUSEDSDPA=0`), a fixed number of KV
+blocks, chunks of two blocks. `Reference` is transformers' greedy output on the same weights.
 """
 
 from __future__ import annotations
@@ -167,10 +167,21 @@ class HpuOnCpu(torch.overrides.TorchFunctionMode):
     """Tensors the release puts on "hpu" (its device, literal in the worker, the runner and the cache
     set-up) are made on the CPU: the device argument of every torch call is mapped, and host memory
     asked for pinned (the structured-output path) is plain. And negative padding indices of the
-    gathers above wrap, as Gaudi tolerates them."""
+    gathers above wrap, as Gaudi tolerates them. With a `counter` (_hostsync.HostSyncs, off by
+    default) every call is also counted for the host synchronisations it would make on a Gaudi, from
+    its original device arguments."""
+
+    def __init__(self, counter=None):
+        super().__init__()
+        self.counter = counter
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.counter is not None:
+            return self.counter.observe(func, args, kwargs, lambda: self._call(func, args, dict(kwargs)))
+        return self._call(func, args, kwargs)
+
+    def _call(self, func, args, kwargs):
         if "device" in kwargs:
             kwargs["device"] = _cpu(kwargs["device"])
         if func is torch.Tensor.pin_memory:  # pinned host memory needs an accelerator's allocator
@@ -211,6 +222,29 @@ def hpu_generators():
         torch.Generator = saved
 
 
+@contextlib.contextmanager
+def release_compiles():
+    """vllm-gaudi compiles the model (torch.compile with backend `hpu_backend`, per layer) only off the
+    fake HPU: `_maybe_compile` checks `is_fake_hpu()`. While the engine loads, that check sees a real
+    HPU, and the stubs' pass-through `hpu_backend` runs the graphs dynamo captures."""
+    import vllm_gaudi.v1.worker.hpu_model_runner as runner
+
+    maybe_compile = runner.HPUModelRunner._maybe_compile
+
+    def on_hpu(self, *args, **kwargs):
+        fake, runner.is_fake_hpu = runner.is_fake_hpu, lambda: False
+        try:
+            return maybe_compile(self, *args, **kwargs)
+        finally:
+            runner.is_fake_hpu = fake
+
+    runner.HPUModelRunner._maybe_compile = on_hpu
+    try:
+        yield
+    finally:
+        runner.HPUModelRunner._maybe_compile = maybe_compile
+
+
 ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # the engine core in this process, with the stubs
     "VLLM_PROMPT_USE_FUSEDSDPA": "0",  # the tree's plain prompt attention
@@ -225,23 +259,26 @@ class Engine:
     the lab's other tests in the same process never run under it."""
 
     def __init__(self, model_dir: Path, *, num_blocks: int = 64, max_model_len: int = 4096,
-                 prefix_caching: bool = True, env: dict | None = None, **kwargs):
+                 prefix_caching: bool = True, env: dict | None = None, counter=None, compiled: bool = False,
+                 **kwargs):
         self.env = ENV | (env or {})
+        self.counter = counter  # _hostsync.HostSyncs: labels device tensors from the engine's start
         with self._cpu():
             register_qwen35()
             from vllm import LLM
 
             args = dict(max_num_seqs=2, max_num_batched_tokens=2 * BLOCK) | kwargs
-            self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=DTYPE, enforce_eager=True,
-                           max_model_len=max_model_len, num_gpu_blocks_override=num_blocks,
-                           enable_prefix_caching=prefix_caching, language_model_only=True, seed=SEED, **args)
+            with release_compiles() if compiled else contextlib.nullcontext():
+                self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=DTYPE, enforce_eager=not compiled,
+                               max_model_len=max_model_len, num_gpu_blocks_override=num_blocks,
+                               enable_prefix_caching=prefix_caching, language_model_only=True, seed=SEED, **args)
 
     @contextlib.contextmanager
     def _cpu(self):
         saved = dict(os.environ)
         os.environ.update(self.env)
         try:
-            with torchvision_names(), hpu_generators(), HpuOnCpu():
+            with torchvision_names(), hpu_generators(), HpuOnCpu(self.counter):
                 yield
         finally:
             os.environ.clear()
