@@ -61,13 +61,19 @@ def request(req_id: str, prompt: list[int], max_tokens: int = 8, block_size: int
                    block_hasher=get_request_block_hasher(block_size, sha256))
 
 
-def step_output(scheduler_output, tokens: dict[str, int]):
-    """The ModelRunnerOutput of one step: the given token for each scheduled request."""
+def step_output(scheduler_output, tokens: dict[str, int], sched=None):
+    """The ModelRunnerOutput of one step: the given token for each scheduled request. With `sched`, a
+    request whose prefill is still partial after the step samples nothing (the runner's row for it is
+    discarded), as when the token budget chunks a prefill."""
     from vllm.v1.outputs import ModelRunnerOutput
 
     ids = list(scheduler_output.num_scheduled_tokens)
+
+    def partial(r):
+        return sched is not None and sched.requests[r].num_computed_tokens < sched.requests[r].num_tokens
+
     return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                             sampled_token_ids=[[tokens[r]] for r in ids])
+                             sampled_token_ids=[[] if partial(r) else [tokens[r]] for r in ids])
 
 
 def delivered(engine_outputs) -> dict[str, list[int]]:
@@ -82,5 +88,6 @@ def run_until_resumed(sched, tokens_from: int = 1000, max_steps: int = 200):
         out = sched.schedule()
         if out.scheduled_cached_reqs.resumed_req_ids:
             return out
-        sched.update_from_output(out, step_output(out, {r: tokens_from + step for r in out.num_scheduled_tokens}))
+        sched.update_from_output(out, step_output(out, {r: tokens_from + step for r in out.num_scheduled_tokens},
+                                                  sched))
     raise AssertionError(f"no request was resumed within {max_steps} steps")

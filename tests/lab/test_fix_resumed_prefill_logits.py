@@ -1,9 +1,11 @@
 """resumed-prefill-logits: a request preempted after generating tokens is resumed with prefix-cache
-hits (num_computed_tokens > 0). The runner's InputBatch.add_request counts the generated tokens as
-prompt only when num_computed_tokens == 0, so the prompt length stays the original one and
-_extract_prefill_batch_contents gives a logits row to every recomputed position past it: each is
-sampled and appended to the output (the generated tail repeats). Patched, the resumed prefill yields
-exactly one logits row, at its last position, and the recomputed tokens count as prompt.
+hits (num_computed_tokens > 0, past its prompt). The release's runner picks a prefill's logits rows
+from its prompt length alone, so every recomputed generated position gets a logits row: each is
+sampled and appended to the output (the generated tail repeats); and a one-token chunk of the
+recompute is taken for a decode. Patched, the rows start at the request's last known token (its
+num_tokens, not its prompt), so the resumed prefill yields exactly one row, at its last position,
+and is a prefill until only that token is left; the generated tokens stay output tokens (the
+penalties read them) and the prompt length stays the prompt.
 
 reset_prefix_cache(reset_running_requests=True) preempts and resumes a request in the same step, so
 the runner still holds it in its persistent batch: stock keeps its old row, appends the new blocks to
@@ -99,16 +101,43 @@ def test_a_resumed_prefill_with_prefix_hits_samples_one_token(model_dir, monkeyp
     runner._update_states(out)
     rows, _ = prefill_layout(runner, out)
     assert rows == [[out.num_scheduled_tokens["b"] - 1]]  # one logits row, at the last recomputed position
+    index = runner.input_batch.req_id_to_index["b"]
+    # The generated tokens stay output tokens (the penalties read them as such), the prompt the prompt.
+    assert runner.input_batch.num_prompt_tokens[index] == PROMPT
+    assert runner.input_batch.num_tokens[index] == b.num_tokens
 
 
-def test_the_recomputed_tokens_count_as_prompt(model_dir, monkeypatch):
-    out, b = preempted_and_resumed(model_dir)
+def test_a_resumed_prefill_in_chunks_keeps_one_token_from_its_last_chunk(model_dir, monkeypatch):
+    # The recompute in chunks of 4, 1 and the rest (the scheduler's token budget): the first two are
+    # partial prefills (under async scheduling one row each, discarded), the one-token chunk included;
+    # only the last chunk's last position gives a token that is kept.
+    budgets = iter((4, 1, 1024))
+    sched = hpu_async_scheduler(model_dir, num_blocks=10, block_size=BLOCK)
+    sched.max_num_scheduled_tokens = next(budgets)
+    b = request("b", list(range(201, PROMPT + 201)), max_tokens=64, block_size=BLOCK)
+    sched.add_request(request("a", list(range(1, PROMPT + 1)), max_tokens=45, block_size=BLOCK))
+    sched.add_request(b)
+    out = run_until_resumed(sched)
+    assert out.scheduled_cached_reqs.num_computed_tokens[0] == 48 and b.num_tokens == PROMPT + 25
+    total = b.num_tokens
     runner = runner_for(b, monkeypatch)
-    runner._update_states(out)
-    batch = runner.input_batch
-    index = batch.req_id_to_index["b"]
-    assert batch.num_tokens[index] == b.num_tokens == PROMPT + out.scheduled_cached_reqs.num_output_tokens[0]
-    assert batch.num_prompt_tokens[index] == b.num_tokens
+    kept, chunks = [], []
+    while True:
+        start, n = out.scheduled_cached_reqs.num_computed_tokens[0], out.num_scheduled_tokens["b"]
+        chunks.append(n)
+        runner.invalid_req_indices = []
+        runner._update_states(out)
+        assert runner._get_prompts_and_decodes(out).decode_req_ids == [], f"the chunk of {n} taken for a decode"
+        rows, _ = prefill_layout(runner, out)
+        if not runner.invalid_req_indices:
+            kept += [start + p for p in rows[0]]
+        sched.update_from_output(out, step_output(out, {"b": 7}, sched))
+        if start + n == total:  # the recompute is done
+            break
+        sched.max_num_scheduled_tokens = next(budgets)
+        out = sched.schedule()
+    assert chunks == [4, 1, total - 48 - 5]
+    assert kept == [total - 1]  # the logits of the last known token: the next token
 
 
 def test_a_request_resumed_in_the_step_of_a_prefix_cache_reset_recomputes_on_its_new_blocks(model_dir, monkeypatch):
