@@ -23,7 +23,6 @@ within `_engine.TOL`.
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass, field
 
 import _engine
@@ -204,36 +203,55 @@ def _generate(engine, requests, outputs):
         outputs[r.name] = summary(res)
 
 
-def differences(name: str, got: dict, want: dict, tol: float = _engine.TOL) -> list[str]:
-    """How `got` (served among many) departs from `want` (served alone)."""
+# Seeded sampling races the tokens' probabilities against the seed's noise, so a bf16 logit that differs
+# in its last bit between a batch of 40 and a batch of 1 can flip a later token (measured: one seeded
+# request in 40, at step 9). Its first tokens must match exactly: a draw taken or skipped wrongly shows
+# there (the partial-prefill bug moved the first token; the padding bug the second).
+SEEDED_EXACT = 4
+
+
+def _near(x: dict, y: dict, tol: float) -> bool:
+    """Top-k logprobs alike: shared tokens within `tol`, and a token only one side ranks is within `tol`
+    of the other side's last (a near-tie at the cut-off, broken either way)."""
+    if any(abs(x[t] - y[t]) > tol for t in x.keys() & y.keys()):
+        return False
+    return all(a[t] >= min(b.values()) - tol for a, b in ((x, y), (y, x)) for t in a.keys() - b.keys())
+
+
+def differences(name: str, got: dict, want: dict, seeded: bool = False, tol: float = _engine.TOL,
+                flips: list | None = None) -> list[str]:
+    """How `got` (served among many) departs from `want` (served alone). A token may differ only where
+    that is no defect: a greedy near-tie (alone, the top two within `tol`), or a seeded request past its
+    first SEEDED_EXACT tokens; the comparison ends there and `flips` notes it."""
     bad = []
-    if got["tokens"] != want["tokens"]:
-        first = next((i for i, (a, b) in enumerate(zip(got["tokens"], want["tokens"], strict=False)) if a != b),
-                     min(len(got["tokens"]), len(want["tokens"])))
-        bad.append(f"{name}: tokens differ from step {first}: {got['tokens']} against {want['tokens']} alone")
-    if got["finish"] != want["finish"]:
+    mine, theirs = got["tokens"], want["tokens"]
+    diverged = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b),
+                    None if len(mine) == len(theirs) else min(len(mine), len(theirs)))
+    upto = len(theirs) if diverged is None else diverged
+    if diverged is not None:
+        lp = want["logprobs"][diverged] if want["logprobs"] and diverged < len(want["logprobs"]) else None
+        ranked = sorted(lp.values(), reverse=True) if lp else []
+        tie = (len(ranked) >= 2 and ranked[0] - ranked[1] <= tol and diverged < len(mine)
+               and mine[diverged] in lp)
+        if tie or (seeded and diverged >= SEEDED_EXACT):
+            if flips is not None:
+                flips.append(f"{name}: step {diverged} ({'near-tie' if tie else 'seeded'})")
+        else:
+            bad.append(f"{name}: tokens differ from step {diverged}: {got['tokens']} against {want['tokens']} alone")
+    elif got["finish"] != want["finish"]:
         bad.append(f"{name}: finished on {got['finish']!r}, alone on {want['finish']!r}")
-    elif not bad and got["text"] != want["text"]:
+    elif got["text"] != want["text"]:
         bad.append(f"{name}: the same tokens, but the text {got['text'][-40:]!r} ends otherwise than "
                    f"{want['text'][-40:]!r} alone")
     for what in ("logprobs", "prompt_logprobs"):
         a, b = got[what], want[what]
         if (a is None) != (b is None):
             bad.append(f"{name}: {what} {'missing' if a is None else 'unexpected'}")
-        elif a is not None and not bad:
-            for step, (x, y) in enumerate(zip(a, b, strict=False)):
-                if x is None or y is None:
-                    continue
-                far = [t for t in x.keys() & y.keys() if abs(x[t] - y[t]) > tol]
-                if far or x.keys() != y.keys():
-                    bad.append(f"{name}: {what} at step {step}: {x} against {y} alone")
-                    break
+            continue
+        # Generated tokens' logprobs up to a divergence; after it the two runs condition on other tokens.
+        end = None if what == "prompt_logprobs" else upto
+        for step, (x, y) in enumerate(zip((a or [])[:end], (b or [])[:end], strict=False)):
+            if x is not None and y is not None and not _near(x, y, tol):
+                bad.append(f"{name}: {what} at step {step}: {x} against {y} alone")
+                break
     return bad
-
-
-def is_json(text: str) -> bool:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return False
-    return isinstance(value, dict) and set(value) == {"n", "ok"}
