@@ -58,7 +58,9 @@ def test_a_fix_declares_a_host_sync_with_its_site_cost_and_reason(tmp_path):
     assert spec.site.endswith("::_gdn_copy_states")
     with pytest.raises(ValueError):
         fixes.HostSync(site="hpu_model_runner.py:1718", cost="x", why="y")
-    assert fix_lab.declared_host_syncs() == {}, "the pack declares no host sync on the hot path today"
+    # The one the pack declares: penalties and bad words under async scheduling.
+    assert fix_lab.declared_host_syncs() == {
+        "vllm_gaudi/v1/worker/hpu_input_batch.py::update_async_output_token_ids": "async-penalty-tokens"}
 
 
 @pytest.fixture(scope="module")
