@@ -82,6 +82,10 @@ def spec_runner(methods, batch: InputBatch, max_model_len: int, async_scheduling
     runner.device = CPU
     runner.max_model_len = max_model_len
     runner.sampler = Sampler()
+    # What the patched input preparation (partial-prefill-draws) sets each step and sample_tokens
+    # reads: the prompts sampled only to be thrown away. A stand-in for _prepare_inputs that chunks
+    # under structured output must set it as the release does (Step does).
+    runner._thrown_away_req_ids = set()
     return runner
 
 
@@ -167,14 +171,24 @@ class Step:
     def _logits_rows(self, batch_idx):
         """Logits rows of the prompt at `batch_idx`, by the release's formula."""
         b = self.batch
-        rid = b.req_ids[batch_idx]
-        scheduled = self.scheduled[rid]
-        rows = int(b.num_computed_tokens_cpu[batch_idx]) + scheduled - int(b.num_prompt_tokens[batch_idx]) + 1
+        rows = self._formula_rows(batch_idx)
         rows = max(1, rows) if self.runner.use_structured_output else max(0, rows)
-        return min(rows, scheduled)
+        return min(rows, self.scheduled[b.req_ids[batch_idx]])
+
+    def _formula_rows(self, batch_idx):
+        """Tokens past the prompt's end after this chunk, plus one: below 1, the chunk ends short of it."""
+        b = self.batch
+        scheduled = self.scheduled[b.req_ids[batch_idx]]
+        return int(b.num_computed_tokens_cpu[batch_idx]) + scheduled - int(b.num_prompt_tokens[batch_idx]) + 1
 
     def _prepare_inputs(self, scheduler_output, num_prefills, num_decodes, warmup=False):
         prefill = PrefillInputData()
+        # The release's input preparation names the prompts whose one logits row is sampled only to be
+        # thrown away (a chunk short of the prompt's end, under structured output); the patched
+        # sample_tokens reads that set. Set on the pristine runner too, where nothing reads it.
+        self.runner._thrown_away_req_ids = {
+            self.batch.req_ids[i] for i in range(num_decodes, num_decodes + num_prefills)
+            if self.runner.use_structured_output and self._formula_rows(i) < 1}
         for start in range(num_decodes, num_decodes + num_prefills, self.prefill_batch):
             indices = range(start, min(start + self.prefill_batch, num_decodes + num_prefills))
             req_ids = [self.batch.req_ids[i] for i in indices]
