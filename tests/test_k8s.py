@@ -239,11 +239,18 @@ def test_task_writes_plain_files_and_refuses_a_standin_unasked(built, tmp_path):
     assert dry.returncode == 0 and "kind: Deployment" in dry.stdout and not (tmp_path / "dry").exists()
     out = tmp_path / "k"
     (out).mkdir()
-    (out / "pdb.yaml").write_text("stale\n")
+    (out / "deployment.yaml").write_text("my own hand-written manifest\n")
     (out / "mine.yaml").write_text("kept\n")
-    done = invoke(*base, "--standin", "--replicas", "1", "--out", str(out))
+    mine = invoke(*base, "--standin", "--out", str(out))  # a folder the cookbook did not make: refused, untouched
+    assert mine.returncode == 2 and "not replacing it" in mine.stderr and "Traceback" not in mine.stderr
+    assert (out / "deployment.yaml").read_text() == "my own hand-written manifest\n"
+    out = tmp_path / "ours"
+    first = invoke(*base, "--standin", "--replicas", "2", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    assert (out / "pdb.yaml").is_file() and (out / k8s.MARKER).is_file()
+    done = invoke(*base, "--standin", "--replicas", "1", "--out", str(out))  # its own folder: replaced whole
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["deployment.yaml", "mine.yaml", "service.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == [k8s.MARKER, "deployment.yaml", "service.yaml"]
     docs = [yaml.safe_load((out / f).read_text()) for f in ("deployment.yaml", "service.yaml")]
     assert [d["kind"] for d in docs] == ["Deployment", "Service"]
     assert all("namespace" not in d["metadata"] for d in docs)  # kubectl -n / kustomize decide
