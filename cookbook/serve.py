@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +35,7 @@ GAUDI_DEVICE_ENV = {"HABANA_VISIBLE_DEVICES": "all"}
 # The README's options beside the runtime: a shared /dev/shm for the engine's processes, and the
 # scheduler priorities vLLM sets on its threads.
 BASE_OPTIONS = ("--ipc=host", "--cap-add=sys_nice")
+CONTAINER_LABEL = "cookbook.container"
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 # A 27B model loads and compiles for many minutes on a Gaudi; a tiny CPU model in about a minute.
 DEFAULT_TIMEOUT_S = 1800.0
@@ -54,6 +56,8 @@ class RunSpec:
     options: tuple[str, ...] = ()  # extra docker run options, before the image
     args: tuple[str, ...] = ()  # after the image: appended to the recipe's vLLM flags
     health_path: str = "/health"
+    role: str = "serve"  # the cookbook.container label: serve, smoke or bench
+    recipe: str = ""  # the cookbook.recipe label
 
     @property
     def url(self) -> str:
@@ -84,7 +88,10 @@ def check_spec(spec: RunSpec) -> None:
 
 def run_argv(spec: RunSpec) -> list[str]:
     """The `docker run` arguments (after `docker`) of the README's Serving section, detached and named."""
-    argv = ["run", "--detach", "--name", spec.name]
+    # Labelled, so a container the cookbook started is found again: docker ps --filter label=cookbook.container
+    argv = ["run", "--detach", "--name", spec.name, "--label", f"{CONTAINER_LABEL}={spec.role}"]
+    if spec.recipe:
+        argv += ["--label", f"cookbook.recipe={spec.recipe}"]
     if spec.runtime:
         argv.append(f"--runtime={spec.runtime}")
         if spec.runtime == GAUDI_RUNTIME:
@@ -149,25 +156,36 @@ class Running:
     name: str
     log_path: Path
     image_id: str
+    container_id: str = ""
 
 
-def _follow_logs(name: str, log_path: Path) -> subprocess.Popen:
+def _follow_logs(cid: str, log_path: Path) -> subprocess.Popen:
     """`docker logs -f` into a file, in its own session: it ends when the container is removed, and
     outlives `invoke serve` (the user's server keeps its log)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as out:
-        return subprocess.Popen([engine.client().path, "logs", "--follow", "--timestamps", name], stdout=out,
+        return subprocess.Popen([engine.client().path, "logs", "--follow", "--timestamps", cid], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def _running(name: str) -> bool:
-    out = engine.docker("inspect", "--format", "{{.State.Running}}", name, check=False)
+def _stop(follower: subprocess.Popen | None) -> None:
+    if follower is not None and follower.poll() is None:
+        follower.terminate()
+        try:
+            follower.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            follower.kill()
+
+
+def _running(cid: str) -> bool:
+    out = engine.docker("inspect", "--format", "{{.State.Running}}", cid, check=False)
     return out.returncode == 0 and out.stdout.strip() == "true"
 
 
-def remove(name: str) -> bool:
-    """`docker rm -f NAME`; True when a container was removed (False: there was none)."""
-    out = engine.docker("rm", "--force", name, check=False, timeout=120)
+def remove(cid: str) -> bool:
+    """`docker rm -f ID` of a container this run created (never by name: the name may be another
+    container's); True when it was removed."""
+    out = engine.docker("rm", "--force", cid, check=False, timeout=120)
     return out.returncode == 0
 
 
@@ -178,50 +196,97 @@ def tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def start(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Running:
-    """Run the container detached, keep its log in `log_path`, wait for health. On any failure the
-    caller removes it (`container` does; `invoke serve` does too)."""
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (a CI cancel, `timeout`, `kill`) raises KeyboardInterrupt while the block runs, so the same
+    clean-up as Ctrl-C runs (its default action ends the process at once and leaves the container up)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def launch(spec: RunSpec) -> str:
+    """`docker run` the container; its id. The id comes from --cidfile, written as soon as the container
+    is created: a run that fails or is interrupted after that removes its own container, and one that
+    fails before (a name already taken) touches nothing."""
     check_spec(spec)
     engine.require_daemon()
-    say("docker " + shlex.join(run_argv(spec)))
-    engine.docker(*run_argv(spec), timeout=300)
-    follower = _follow_logs(spec.name, log_path)
-    say(f"container {spec.name}: log in {log_path}")
+    argv = run_argv(spec)
+    say("docker " + shlex.join(argv))
+    with tempfile.TemporaryDirectory(prefix="cookbook-run.") as tmp:
+        cidfile = Path(tmp) / "cid"
+        argv = [*argv[:2], f"--cidfile={cidfile}", *argv[2:]]
+        try:
+            engine.docker(*argv, timeout=300)
+        except BaseException:
+            cid = cidfile.read_text().strip() if cidfile.is_file() else ""
+            if cid:
+                remove(cid)
+            raise
+        return cidfile.read_text().strip()
+
+
+def await_healthy(spec: RunSpec, cid: str, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S,
+                  ) -> tuple[Running, subprocess.Popen]:
+    """Keep the container's log in `log_path` and wait for health. On a failure the follower is stopped
+    and the caller removes the container (by `cid`)."""
+    follower = _follow_logs(cid, log_path)
+    say(f"container {spec.name} ({cid[:12]}): log in {log_path}")
     try:
-        took = wait_healthy(spec.url + spec.health_path, timeout_s, alive=lambda: _running(spec.name),
+        took = wait_healthy(spec.url + spec.health_path, timeout_s, alive=lambda: _running(cid),
                             label=f"{spec.name}: waiting for {spec.health_path}")
     except CheckFailure as exc:
         time.sleep(1)  # the follower flushes the container's last lines
+        _stop(follower)
         raise CheckFailure(f"container {spec.name}: {exc.what}", where=str(log_path),
                            hint="the log's last lines:\n" + tail(log_path)) from None
-    finally:
-        if follower.poll() is not None and follower.returncode != 0:
-            say(f"warning: `docker logs` for {spec.name} ended with {follower.returncode}")
+    except BaseException:
+        _stop(follower)
+        raise
+    if follower.poll() is not None and follower.returncode != 0:
+        say(f"warning: `docker logs` for {spec.name} ended with {follower.returncode}")
     say(f"container {spec.name} healthy after {took:.0f}s at {spec.url}")
-    image_id = engine.docker("inspect", "--format", "{{.Image}}", spec.name).stdout.strip()
-    return Running(spec.url, spec.name, log_path, image_id)
+    image_id = engine.docker("inspect", "--format", "{{.Image}}", cid).stdout.strip()
+    return Running(spec.url, spec.name, log_path, image_id, cid), follower
 
 
 @contextlib.contextmanager
 def container(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[Running]:
-    """A healthy container for the length of the block, ALWAYS removed after it: on success, on a
-    server that never becomes healthy, on an error and on Ctrl-C (KeyboardInterrupt)."""
-    try:
-        yield start(spec, log_path, timeout_s)
-    finally:
-        if remove(spec.name):
-            say(f"container {spec.name} removed; its log is in {log_path}")
+    """A healthy container for the length of the block, ALWAYS removed after it (by the id this run
+    created): on success, on a server that never becomes healthy, on an error, on Ctrl-C and on SIGTERM."""
+    cid, follower = "", None
+    with sigterm_as_ctrl_c():
+        try:
+            cid = launch(spec)
+            running, follower = await_healthy(spec, cid, log_path, timeout_s)
+            yield running
+        finally:
+            if cid and remove(cid):
+                say(f"container {spec.name} removed; its log is in {log_path}")
+            _stop(follower)
 
 
 def spec_for(loaded: LoadedRecipe, image: str | None = None, port: int | None = None,
              runtime: str | None = GAUDI_RUNTIME, name: str | None = None,
              hf_cache: str | None = "~/.cache/huggingface", env: dict | None = None,
-             options: tuple[str, ...] = (), args: tuple[str, ...] = ()) -> RunSpec:
+             options: tuple[str, ...] = (), args: tuple[str, ...] = (), role: str = "serve") -> RunSpec:
     r = loaded.recipe
     return RunSpec(image=image or default_image(loaded), name=name or f"cookbook-{loaded.id}",
                    port=port or r.image.port, container_port=r.image.port, runtime=runtime or None,
                    hf_cache=hf_cache or None, env=dict(env or {}), options=tuple(options), args=tuple(args),
-                   health_path=r.image.health_path)
+                   health_path=r.image.health_path, role=role, recipe=loaded.id)
 
 
 def parse_env(items: list[str] | None) -> dict[str, str]:
@@ -243,11 +308,15 @@ def serve(loaded: LoadedRecipe, spec: RunSpec, log_dir: Path, timeout_s: float, 
         print(shown(run_argv(spec)))
         return None
     log_path = log_dir / f"{spec.name}.log"
-    try:
-        running = start(spec, log_path, timeout_s)
-    except BaseException:
-        remove(spec.name)
-        raise
+    cid = ""
+    with sigterm_as_ctrl_c():
+        try:
+            cid = launch(spec)
+            running, _ = await_healthy(spec, cid, log_path, timeout_s)  # its follower keeps the log
+        except BaseException:
+            if cid:  # only the container this run created; a clash on the name created none
+                remove(cid)
+            raise
     print(f"url      {running.url}")
     print(f"log      {log_path}")
     print(f"stop     docker rm -f {spec.name}")

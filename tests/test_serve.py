@@ -7,12 +7,13 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
 
 from cookbook import engine, recipes, serve
-from cookbook.errors import CheckFailure, UsageError
+from cookbook.errors import CheckFailure, EngineError, UsageError
 from cookbook.paths import ROOT
 
 LOADED = recipes.load("qwen3.5-27b-fp8")
@@ -32,6 +33,9 @@ def spec(**kw) -> serve.RunSpec:
     # No Habana runtime (a CPU image): no runtime flag and no device variables.
     ({"runtime": ""}, ["-e HF_TOKEN", "--ipc=host"], ["--runtime", "HABANA_VISIBLE_DEVICES"]),
     ({"runtime": "runc"}, ["--runtime=runc"], ["HABANA_VISIBLE_DEVICES"]),
+    # Labelled, so a stale container of the cookbook's is found by label.
+    ({}, ["--label cookbook.container=serve", "--label cookbook.recipe=qwen3.5-27b-fp8"], []),
+    ({"role": "smoke"}, ["--label cookbook.container=smoke"], []),
     ({"port": 9001, "name": "mine"}, ["-p 9001:8000", "--name mine"], []),
     ({"hf_cache": ""}, [], ["-v "]),
     ({"env": {"VLLM_X": "a b"}, "options": ("--shm-size=8g",)}, ["-e 'VLLM_X=a b'", "--shm-size=8g"], []),
@@ -169,3 +173,68 @@ def test_container_removed_on_ctrl_c(rootfs, tmp_path):
             assert exists(s.name)
             raise KeyboardInterrupt
     assert not exists(s.name)
+
+
+# --- Only what this run created is removed; SIGTERM cleans up as Ctrl-C does ---------------------------
+
+def test_a_second_serve_of_the_same_name_leaves_the_first_running(rootfs, tmp_path):
+    """The second `docker run` fails on the name clash: it created nothing, so it removes nothing."""
+    s = http_spec(rootfs, HEALTHY, free_port())
+    serve.serve(LOADED, s, tmp_path, timeout_s=60, dry_run=False)
+    try:
+        first = engine.docker("inspect", "--format", "{{.Id}}", s.name).stdout.strip()
+        with pytest.raises(EngineError, match="already in use"):
+            serve.serve(LOADED, s, tmp_path, timeout_s=60, dry_run=False)
+        state = engine.docker("inspect", "--format", "{{.State.Running}}", first, check=False).stdout.strip()
+        assert state == "true"  # the user's first server is still up
+        labels = engine.docker("inspect", "--format", "{{json .Config.Labels}}", s.name).stdout
+        assert '"cookbook.container":"serve"' in labels
+    finally:
+        engine.docker("rm", "--force", s.name, check=False)
+
+
+def followers(*names: str) -> list[str]:
+    """`docker logs --follow` processes of this container (by id or name), from /proc."""
+    found = []
+    for proc in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{proc}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"logs" in cmd and any(n.encode() in cmd for n in names):
+            found.append(proc)
+    return found
+
+
+SIGTERMED = """
+import sys, time
+from pathlib import Path
+from cookbook import serve
+spec = serve.RunSpec(image=sys.argv[1], name=sys.argv[2], port=int(sys.argv[3]), container_port=int(sys.argv[3]),
+                     runtime="", hf_cache=None, options=("--entrypoint", "sh"), args=("-c", sys.argv[4]))
+with serve.container(spec, Path(sys.argv[5]), timeout_s=60) as running:
+    print(running.name, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_sigterm_removes_the_container_and_its_log_follower(rootfs, tmp_path):
+    import signal
+
+    port = free_port()
+    name = f"cookbook-test-serve-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERMED, rootfs, name, str(port), HEALTHY.format(port=port),
+                             str(tmp_path / "log.txt")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == name
+        cid = engine.docker("inspect", "--format", "{{.Id}}", name).stdout.strip()
+        assert followers(cid, name)
+        proc.send_signal(signal.SIGTERM)  # what a CI cancel or `timeout` sends
+        proc.wait(timeout=60)
+        assert not exists(name)
+        time.sleep(1)
+        assert followers(cid, name) == []
+    finally:
+        proc.kill()
+        engine.docker("rm", "--force", name, check=False)
