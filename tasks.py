@@ -333,8 +333,10 @@ SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: th
               "port": "host port (default: the recipe's image.port)", "runtime": "Docker runtime (default habana; "
               "'' for Docker's default; device variables only with habana)", "name": "container name",
               "hf_cache": "host Hugging Face cache mounted at /root/.cache/huggingface ('' for none)",
-              "env": "NAME=VALUE for the container (repeatable; HF_TOKEN always comes from your environment)",
-              "option": "an extra `docker run` option, e.g. --option=--shm-size=8g (repeatable)",
+              "env": "NAME=VALUE for the container, or NAME to pass yours through (repeatable; a secret such as "
+                     "HF_TOKEN only by name)",
+              "option": "an extra `docker run` option, one of --shm-size=, --ulimit=, --network=, "
+                        "--volume=DIR:/models/...:ro (repeatable)",
               "timeout": "seconds to wait for health", "log_dir": "where the container's log is kept",
               "dry_run": "print the docker run, start nothing"}
 
