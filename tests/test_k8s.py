@@ -92,10 +92,15 @@ def test_manifests_agree_with_the_image(built, facts, truth, mode):
     assert env["VLLM_SKIP_WARMUP"]["value"] == "false"  # the override given
     assert not (set(env) - {"HF_TOKEN", "VLLM_SKIP_WARMUP"}) & set(manifest["env"])  # the rest is in the image
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert mounts == {"model-cache": k8s.HF_CACHE, "dshm": "/dev/shm"}
+    assert mounts == {"model-cache": k8s.HF_CACHE, "dshm": "/dev/shm", "tmp": "/tmp"}  # the README's writable places
     vols = {v["name"]: v for v in (objects.get("deployment.yaml", {}).get("spec", {}).get("template", {})
                                     .get("spec") or objects["servingruntime.yaml"]["spec"])["volumes"]}
-    assert vols["dshm"]["emptyDir"] == {"medium": "Memory"}
+    assert vols["dshm"]["emptyDir"] == {"medium": "Memory"} and vols["tmp"]["emptyDir"] == {}
+    # Restricted: a read-only root, no privilege escalation, every capability dropped but SYS_NICE.
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"], "add": ["SYS_NICE"]},
+                                    "seccompProfile": {"type": "RuntimeDefault"}}
+    assert set(c["resources"]["requests"]) == {"cpu", "memory"}
     assert ("pdb.yaml" in objects) == (mode["replicas"] > 1)
     assert ("service.yaml" in objects) == (not mode.get("kserve"))
     if "service.yaml" in objects:
@@ -186,6 +191,39 @@ def test_env_override_cannot_change_the_hpu_mode():
     assert k8s.render(recipes.load(RID), facts, same)
 
 
+@pytest.mark.parametrize("env,said", [
+    ((("HF_TOKEN", "hf_x"),), "never written into a manifest"),
+    ((("VLLM_API_KEY", "k"),), "never written into a manifest"),
+    ((("my_password", "p"),), "never written into a manifest"),
+    ((("VLLM_COMPACT_GDN", "0"),), "rule gdn-fix-needs-compact-gdn"),  # the image's guard would refuse it
+    ((("VLLM_DECODE_BS_BUCKET_MAX", "x"),), "takes a whole number"),
+])
+def test_overrides_the_image_would_refuse_or_that_carry_a_secret(env, said):
+    facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {"PT_HPU_LAZY_MODE": "0"}, 1800, 30, 10, 3)
+    opts = k8s.Options("r/x@sha256:" + "a" * 64, env=env)
+    with pytest.raises(ManifestError, match=said) as err:
+        k8s.render(recipes.load(RID), facts, opts)
+    assert "hf_x" not in str(err.value)
+    unsafe = k8s.Options("r/x@sha256:" + "a" * 64, env=(*env, ("COOKBOOK_ALLOW_UNSAFE", "1")))
+    if "rule" in said:  # as in the image: COOKBOOK_ALLOW_UNSAFE=1 starts despite a rule, never a bad value
+        assert k8s.render(recipes.load(RID), facts, unsafe)
+
+
+D = "sha256:" + "d" * 64
+
+
+@pytest.mark.parametrize("image_id,repo_digests,ok", [
+    (D, (), True),  # the local image is the pinned one (a local build: its id)
+    ("sha256:" + "1" * 64, ("registry.example/q@" + D,), True),  # pulled: its repo digest
+    ("sha256:" + "1" * 64, ("registry.example/q@sha256:" + "2" * 64,), False),
+    ("sha256:" + "1" * 64, (), False),
+])
+def test_digest_problem(image_id, repo_digests, ok):
+    facts = k8s.ImageFacts({}, 8000, "/health", {}, 1800, 30, 10, 3, image_id, repo_digests)
+    said = k8s.digest_problem("registry.example/q@" + D, facts)
+    assert (said is None) == ok, said
+
+
 @pytest.mark.parametrize("pairs,want", [(None, ()), (["A=1", "B=x=y", "C="], (("A", "1"), ("B", "x=y"), ("C", "")))])
 def test_parse_env(pairs, want):
     assert k8s.parse_env(pairs) == want
@@ -233,6 +271,9 @@ def invoke(*args):
 @pytest.mark.docker
 def test_task_writes_plain_files_and_refuses_a_standin_unasked(built, tmp_path):
     base = ["k8s", "--recipe", RID, "--image", digest_ref(built), "--local", built.tags[0]]
+    other = invoke(*base[:4], "registry.example/q@sha256:" + "e" * 64, *base[5:], "--standin",
+                   "--out", str(tmp_path / "other"))  # --local is not the image --image pins
+    assert other.returncode == 1 and "the digest --image pins" in other.stderr and not (tmp_path / "other").exists()
     refused = invoke(*base, "--out", str(tmp_path / "no"))
     assert refused.returncode == 1 and "stand-in" in refused.stderr and "Traceback" not in refused.stderr
     dry = invoke(*base, "--standin", "--dry-run", "--out", str(tmp_path / "dry"))
