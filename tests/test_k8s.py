@@ -295,3 +295,29 @@ def test_task_writes_plain_files_and_refuses_a_standin_unasked(built, tmp_path):
     docs = [yaml.safe_load((out / f).read_text()) for f in ("deployment.yaml", "service.yaml")]
     assert [d["kind"] for d in docs] == ["Deployment", "Service"]
     assert all("namespace" not in d["metadata"] for d in docs)  # kubectl -n / kustomize decide
+
+
+@pytest.mark.docker
+def test_local_must_be_the_pushed_image_it_pins(built, tmp_path):
+    """Pushed to a real registry on 127.0.0.1: the engine records the repo digest, and --local is taken
+    for that digest only; a pin on another digest of the same repository is refused, nothing written."""
+    from . import registries
+
+    with registries.running(tmp_path / "registry") as server:
+        tag = f"{server.host}/q:k8s"
+        engine.docker("tag", built.image_id, tag)
+        try:
+            engine.docker("push", tag, timeout=600)
+            digest, _ = server.manifest("q", "k8s")  # read back by a second client
+            base = ["k8s", "--recipe", RID, "--local", tag, "--standin"]
+            ok = invoke(*base, "--image", f"{server.host}/q@{digest}", "--out", str(tmp_path / "ok"))
+            assert ok.returncode == 0, ok.stderr
+            assert f"{server.host}/q@{digest}" in (tmp_path / "ok" / "deployment.yaml").read_text()
+            wrong = invoke(*base, "--image", f"{server.host}/q@sha256:{'0' * 64}", "--out", str(tmp_path / "no"))
+            assert wrong.returncode == 1 and "the digest --image pins" in wrong.stderr
+            assert not (tmp_path / "no").exists()
+        finally:
+            engine.docker("rmi", tag, check=False)
+            for ref in engine.inspect(built.image_id).get("RepoDigests") or []:
+                if ref.startswith(server.host + "/"):
+                    engine.docker("rmi", ref, check=False)
