@@ -14,7 +14,8 @@ from pathlib import Path
 from .errors import UsageError
 
 
-def check(out: Path, marker: str, option: str, ours: Callable[[Path], bool] | None = None) -> None:
+def check(out: Path, marker: str, option: str, ours: Callable[[Path], bool] | None = None,
+          verb: str = "make") -> None:
     """Refuse `out` unless it is missing, an empty folder, or carries `marker` (or `ours(out)` says it is
     one of ours from before markers). A symlink is refused: replacing it would act on its target."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
@@ -27,7 +28,7 @@ def check(out: Path, marker: str, option: str, ours: Callable[[Path], bool] | No
         raise UsageError(f"cannot read {out}: {exc.strerror}", hint=f"choose another {option}") from None
     if empty or (out / marker).is_file() or (ours is not None and ours(out)):
         return
-    raise UsageError(f"{out} is a folder the cookbook did not make (no {marker} in it); not replacing it",
+    raise UsageError(f"{out} is a folder the cookbook did not {verb} (no {marker} in it); not replacing it",
                      hint=f"move it away, or give an empty or new folder ({option})")
 
 

@@ -265,7 +265,7 @@ def content_hash(files: dict[str, bytes]) -> str:
 def check_out(out: Path) -> None:
     """Refuse a target the render would destroy that the project did not make: anything but a missing
     path, an empty folder, or a folder carrying the render marker (the rule in outdir.py)."""
-    outdir.check(out, MARKER, "--out", ours=_rendered)
+    outdir.check(out, MARKER, "--out", ours=_rendered, verb="render")
 
 
 def _rendered(out: Path) -> bool:

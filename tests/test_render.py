@@ -325,7 +325,7 @@ def test_render_refuses_a_folder_it_did_not_make(tmp_path):
     (out / "thesis.tex").write_text("years of work")
     with pytest.raises(UsageError) as err:
         render.write_context(files_for("qwen3.5-27b-fp8"), out)
-    assert "did not make" in str(err.value)
+    assert "did not render" in str(err.value)
     assert (out / "thesis.tex").read_text() == "years of work"
     (tmp_path / "file").write_text("x")
     with pytest.raises(UsageError):
