@@ -333,8 +333,10 @@ SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: th
               "port": "host port (default: the recipe's image.port)", "runtime": "Docker runtime (default habana; "
               "'' for Docker's default; device variables only with habana)", "name": "container name",
               "hf_cache": "host Hugging Face cache mounted at /root/.cache/huggingface ('' for none)",
-              "env": "NAME=VALUE for the container (repeatable; HF_TOKEN always comes from your environment)",
-              "option": "an extra `docker run` option, e.g. --option=--shm-size=8g (repeatable)",
+              "env": "NAME=VALUE for the container, or NAME to pass yours through (repeatable; a secret such as "
+                     "HF_TOKEN only by name)",
+              "option": "an extra `docker run` option, one of --shm-size=, --ulimit=, --network=, "
+                        "--volume=DIR:/models/...:ro (repeatable)",
               "timeout": "seconds to wait for health", "log_dir": "where the container's log is kept",
               "dry_run": "print the docker run, start nothing"}
 
@@ -363,15 +365,17 @@ def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", nam
 ns.add_task(serve)
 
 
-def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, default_name):
+def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, role):
     """The --image container of smoke and bench: the same `docker run` as `invoke serve`."""
+    import os
+
     from cookbook import serve as s
 
     if not image:
         return None
     return s.spec_for(loaded, image=image, port=s.number(port, "--port") if port else None, runtime=runtime,
-                      name=name or default_name, hf_cache=hf_cache, env=s.parse_env(env),
-                      options=tuple(option or ()), args=s.user_args(c.remainder, sys.argv))
+                      name=name or f"cookbook-{role}-{os.getpid()}", hf_cache=hf_cache, env=s.parse_env(env),
+                      options=tuple(option or ()), args=s.user_args(c.remainder, sys.argv), role=role)
 
 
 @task(iterable=["only", "env", "option"],
@@ -385,7 +389,6 @@ def bench(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale="1", repeats="3"
           runtime="habana", name=None, hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800",
           dry_run=False):
     """Run the recipe's performance scenarios: tokens/s, TTFT, end to end; JSON, Markdown rows, PNG."""
-    import os
     from pathlib import Path
 
     from cookbook import bench as b
@@ -393,7 +396,7 @@ def bench(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale="1", repeats="3"
     from cookbook import serve as s
 
     loaded = r.load(recipe)
-    spec = _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, f"cookbook-bench-{os.getpid()}")
+    spec = _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, "bench")
     b.bench(loaded, url, spec, Path(out or f"build/bench/{loaded.id}"), scale=s.number(scale, "--scale", float),
             repeats=s.number(repeats, "--repeats"), only=only, timeout_s=s.number(timeout, "--timeout", float),
             dry=dry_run)
@@ -415,7 +418,6 @@ def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, 
           runtime="habana", name=None, hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800",
           dry_run=False):
     """Run the recipe's Verified checks against a running server; JSON and Markdown results, exit 1 on a failure."""
-    import os
     from pathlib import Path
 
     from cookbook import recipes as r
@@ -424,7 +426,7 @@ def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, 
     from cookbook.paths import ROOT
 
     loaded = r.load(recipe)
-    spec = _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, f"cookbook-smoke-{os.getpid()}")
+    spec = _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, "smoke")
     out_dir = Path(out) if out else ROOT / "build" / "smoke" / loaded.id
     result = serve.run_against(url, spec, out_dir / "server.log", serve.number(timeout, "--timeout", float), dry_run,
                                lambda t: s.task(recipe, t.url, scale, out_dir, only or (), dry_run,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import derive, fixes, recipes, render, results
+from . import derive, fixes, outdir, recipes, render, results
 from .errors import CookbookError, RecipeError
 from .paths import ROOT
 from .progress import say
@@ -273,23 +274,33 @@ def write(check: bool = False, dry_run: bool = False) -> list[Path]:
     return drift
 
 
+SITE_MARKER = ".cookbook-site"
+SITE_MARKER_TEXT = "Built by the Gaudi cookbook (`invoke docs --site`); building again replaces this whole folder.\n"
+
+
 def build_site(out: Path, dry_run: bool = False) -> Path:
-    """The static site (mkdocs, --strict: a broken link fails), built into a temp folder then renamed."""
+    """The static site (mkdocs, --strict: a broken link fails), built into a temp folder then swapped in.
+    Only a folder an earlier --site made (SITE_MARKER), an empty one or a new path is replaced: anything
+    else is refused before mkdocs runs (outdir.py)."""
     cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(ROOT / "mkdocs.yml")]
+    out = out.absolute()
+    outdir.check(out, SITE_MARKER, "--site")
     if dry_run:
         print(shlex.join([*cmd, "-d", str(out)]))
         return out
-    out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    proc = subprocess.run([*cmd, "-d", str(tmp)], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    if proc.returncode != 0:
-        subprocess.run(["rm", "-rf", str(tmp)])
-        raise CookbookError("mkdocs could not build the site:\n" + proc.stderr.strip()[-1500:])
-    if out.exists():
-        subprocess.run(["rm", "-rf", str(out)])
-    tmp.rename(out)
+    try:
+        proc = subprocess.run([*cmd, "-d", str(tmp)], capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        if proc.returncode != 0:
+            raise CookbookError("mkdocs could not build the site:\n" + proc.stderr.strip()[-1500:])
+        outdir.mark(tmp, SITE_MARKER, SITE_MARKER_TEXT)
+        outdir.readable(tmp)
+        outdir.swap_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     say(f"site built into {out}")
     return out
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from .progress import say
 from .recipes import LoadedRecipe
 
 CHECKS = Path(__file__).parent / "image_checks"
+RUN_LABEL = "cookbook.check-run"  # on every container of one `invoke test` run (image_checks/conftest.py)
 
 
 def expected_context(loaded: LoadedRecipe, base: render.Base, labels: dict[str, str]) -> dict[str, bytes]:
@@ -82,8 +84,11 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
     image_id = found["Id"]
     expect = expectations(expected_context(loaded, base, found["Config"]["Labels"] or {}), image)
     # Containers through the docker SDK (it is fine for containers; builds go through the CLI).
+    run_id = uuid.uuid4().hex
+    labels = {"cookbook.image-check": loaded.id, "cookbook.container": "image-check", "cookbook.recipe": loaded.id,
+              RUN_LABEL: run_id}
     container = engine.sdk().containers.run(image, entrypoint=["sleep"], command=["infinity"], detach=True,
-                                            network_mode="none", labels={"cookbook.image-check": loaded.id})
+                                            network_mode="none", labels=labels)
     try:
         with tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
             expect_file = Path(tmp) / "expect.json"
@@ -96,11 +101,12 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
                     "--rootdir", str(CHECKS), "-rfEs"]
             # The checks' own docker calls use the client the cookbook chose (engine.py); testinfra's
             # docker backend calls `docker` from PATH, which only needs `exec`.
-            env = {**engine.client().env(), "COOKBOOK_DOCKER_CLI": engine.client().path}
+            env = {**engine.client().env(), "COOKBOOK_DOCKER_CLI": engine.client().path, "COOKBOOK_CHECK_RUN": run_id}
             proc = subprocess.run([sys.executable, "-m", "pytest", *args], env=env)
             checks = json.loads(report_file.read_text()) if report_file.is_file() else []
     finally:
         container.remove(force=True)
+        sweep(run_id)
     report = {
         "kind": "image-checks",
         "image": image,
@@ -121,6 +127,17 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
     tmp_path.replace(path)
     say(f"evidence: {path}")
     return Result(report["passed"], path, report)
+
+
+def sweep(run_id: str) -> list[str]:
+    """Remove, by id, every container this run's checks started that is still there (a check whose
+    `docker run --rm` was cut short, or a pytest that was killed, leaves its container running)."""
+    out = engine.docker("ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={RUN_LABEL}={run_id}",
+                        check=False, timeout=60)
+    left = out.stdout.split() if out.returncode == 0 else []
+    for cid in left:
+        engine.docker("rm", "--force", cid, check=False, timeout=120)
+    return left
 
 
 def require_passed(image_id: str) -> dict:

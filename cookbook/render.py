@@ -27,7 +27,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import derive, fixes, grammar, paths
+from . import derive, fixes, grammar, outdir, paths
 from .errors import UsageError
 from .fixes import fixplan
 from .paths import DOCKERFILES, FIXES, ROOT
@@ -264,17 +264,8 @@ def content_hash(files: dict[str, bytes]) -> str:
 
 def check_out(out: Path) -> None:
     """Refuse a target the render would destroy that the project did not make: anything but a missing
-    path, an empty folder, or a folder carrying the render marker."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise UsageError(f"{out} exists and is not a folder; not replacing it", hint="choose another --out")
-    if out.is_dir():
-        try:
-            empty = not any(out.iterdir())
-        except OSError as exc:
-            raise UsageError(f"cannot read {out}: {exc.strerror}", hint="choose another --out") from None
-        if not empty and not _rendered(out):
-            raise UsageError(f"{out} is a folder the cookbook did not render (no {MARKER} in it); not replacing it",
-                             hint="move it away, or render into an empty or new folder (--out)")
+    path, an empty folder, or a folder carrying the render marker (the rule in outdir.py)."""
+    outdir.check(out, MARKER, "--out", ours=_rendered, verb="render")
 
 
 def _rendered(out: Path) -> bool:
@@ -304,19 +295,8 @@ def write_context(files: dict[str, bytes], out: Path) -> Path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
             os.chmod(path, 0o755 if rel in EXECUTABLE else 0o644)
-        if out.exists():
-            # The old folder goes into a fresh temporary one of ours, so no other name is ever removed.
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            out.rename(old / out.name)
-            try:
-                tmp.rename(out)
-            except BaseException:
-                (old / out.name).rename(out)
-                old.rmdir()
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        outdir.readable(tmp)
+        outdir.swap_in(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +35,20 @@ GAUDI_DEVICE_ENV = {"HABANA_VISIBLE_DEVICES": "all"}
 # The README's options beside the runtime: a shared /dev/shm for the engine's processes, and the
 # scheduler priorities vLLM sets on its threads.
 BASE_OPTIONS = ("--ipc=host", "--cap-add=sys_nice")
+CONTAINER_LABEL = "cookbook.container"
+# `--option` takes these docker run options only, as --flag=value: anything else (--privileged,
+# --entrypoint, --env=TOKEN=..., a writable or host-wide volume, --network=host) changes what the
+# recipe's container is, or puts a secret in an argv. OPTION_HELP is what a refusal lists.
+OPTION_HELP = ("--shm-size=SIZE, --ulimit=NAME=SOFT[:HARD], --network=NAME (not host or container:...), "
+               "--volume=HOSTDIR:/models/...:ro (read-only, for models)")
+SIZE_RE = re.compile(r"^[0-9]+[bkmgBKMG]?$")
+ULIMIT_RE = re.compile(r"^(memlock|nofile|nproc|stack|core)=(-1|[0-9]+)(:(-1|[0-9]+))?$")
+MODELS_DIR = "/models"
+# Host folders a model mount may not come from, even read-only: the engine's socket, the host's own state.
+HOST_REFUSED = ("/proc", "/sys", "/dev", "/run", "/var/run", "/etc", "/boot", "/var/lib/docker")
+# An env name that looks like a credential is never taken by value (argv, `ps`, `docker inspect`, logs).
+SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE_?KEY|AUTH", re.IGNORECASE)
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 # A 27B model loads and compiles for many minutes on a Gaudi; a tiny CPU model in about a minute.
 DEFAULT_TIMEOUT_S = 1800.0
@@ -50,10 +65,14 @@ class RunSpec:
     runtime: str | None = GAUDI_RUNTIME  # None or "": Docker's default runtime
     hf_cache: str | None = "~/.cache/huggingface"
     env: dict[str, str] = field(default_factory=dict)  # non-secret -e NAME=VALUE
-    pass_env: tuple[str, ...] = SECRET_ENV  # -e NAME: value from the caller's environment
+    pass_env: tuple[str, ...] = SECRET_ENV  # -e NAME: value from the caller's environment (when set)
     options: tuple[str, ...] = ()  # extra docker run options, before the image
     args: tuple[str, ...] = ()  # after the image: appended to the recipe's vLLM flags
     health_path: str = "/health"
+    role: str = "serve"  # the cookbook.container label: serve, smoke or bench
+    publish_ip: str = ""  # "127.0.0.1": the port is published on loopback only
+    entrypoint: str | None = None  # for the project's own tests (a stand-in server); no task sets it
+    recipe: str = ""  # the cookbook.recipe label
 
     @property
     def url(self) -> str:
@@ -67,7 +86,7 @@ def default_image(loaded: LoadedRecipe, repo: str = IMAGE_REPO) -> str:
 
 def check_spec(spec: RunSpec) -> None:
     """Refuse what Docker would misread, before anything runs (a dry run too)."""
-    said = grammar.image_ref_problem(spec.image)
+    said = image_problem(spec.image)
     if said:
         raise UsageError(f"--image {spec.image!r} is not an image reference: {said}")
     if not NAME_RE.match(spec.name):
@@ -78,13 +97,67 @@ def check_spec(spec: RunSpec) -> None:
     if spec.runtime and not NAME_RE.match(spec.runtime):
         raise UsageError(f"--runtime {spec.runtime!r} is not a runtime name")
     for name in spec.env:
-        if name in spec.pass_env or name in SECRET_ENV:
-            raise UsageError(f"{name} is passed through from your environment by name, never as a value")
+        if name in spec.pass_env or name in SECRET_ENV or SECRET_NAME_RE.search(name):
+            raise UsageError(f"--env {name}=...: a secret is passed through from your environment by name, "
+                             "never as a value", hint=f"export {name}=... and give --env {name}")
+    for name in spec.pass_env:
+        said = grammar.problem("env_name", name)
+        if said:
+            raise UsageError(f"--env {name!r}: {said}")
+    for option in spec.options:
+        said = option_problem(option)
+        if said:
+            raise UsageError(f"--option {option!r}: {said}", hint=f"allowed: {OPTION_HELP}")
+
+
+def image_problem(ref: str) -> str | None:
+    """An image reference as Docker takes it: NAME[:TAG], or NAME[:TAG]@sha256:<64 hex> as `publish` prints."""
+    name, at, digest = ref.partition("@")
+    if at and not DIGEST_RE.match(digest):
+        return "a digest is sha256: and 64 lower-case hex digits"
+    return grammar.image_ref_problem(name)
+
+
+def option_problem(option: str) -> str | None:
+    """Why `--option` refuses this docker run option (None: allowed). Pure; see OPTION_HELP."""
+    if not option.startswith("-"):
+        return "not a docker run option"
+    flag, eq, value = option.partition("=")
+    if not eq:
+        return "give it as --flag=value"
+    if flag == "--shm-size":
+        return None if SIZE_RE.match(value) else "a size is digits with an optional unit (b, k, m, g)"
+    if flag == "--ulimit":
+        return None if ULIMIT_RE.match(value) else "a ulimit is memlock|nofile|nproc|stack|core=SOFT[:HARD]"
+    if flag in ("--network", "--net"):
+        if value == "host" or ":" in value or not NAME_RE.match(value):
+            return "a network is a network's name; not host, not another container's"
+        return None
+    if flag in ("--volume", "-v"):
+        return volume_problem(value)
+    return "this docker run option is not one --option takes"
+
+
+def volume_problem(value: str) -> str | None:
+    parts = value.split(":")
+    if len(parts) != 3 or parts[2] != "ro":
+        return f"a volume is HOSTDIR:{MODELS_DIR}/...:ro (read-only)"
+    host, inside = os.path.normpath(os.path.expanduser(parts[0])), parts[1]
+    if not os.path.isabs(host):
+        return "the host folder is an absolute path"
+    if host == "/" or any(host == d or host.startswith(d + "/") for d in HOST_REFUSED) or host.endswith(".sock"):
+        return f"{host} is the host's own, not a model folder"
+    if os.path.normpath(inside) != inside or not inside.startswith(MODELS_DIR + "/"):
+        return f"the folder in the container is under {MODELS_DIR}/"
+    return None
 
 
 def run_argv(spec: RunSpec) -> list[str]:
     """The `docker run` arguments (after `docker`) of the README's Serving section, detached and named."""
-    argv = ["run", "--detach", "--name", spec.name]
+    # Labelled, so a container the cookbook started is found again: docker ps --filter label=cookbook.container
+    argv = ["run", "--detach", "--name", spec.name, "--label", f"{CONTAINER_LABEL}={spec.role}"]
+    if spec.recipe:
+        argv += ["--label", f"cookbook.recipe={spec.recipe}"]
     if spec.runtime:
         argv.append(f"--runtime={spec.runtime}")
         if spec.runtime == GAUDI_RUNTIME:
@@ -96,7 +169,11 @@ def run_argv(spec: RunSpec) -> list[str]:
         argv += ["-e", f"{k}={v}"]
     if spec.hf_cache:
         argv += ["-v", f"{os.path.expanduser(spec.hf_cache)}:{HF_CACHE_IN_IMAGE}"]
-    argv += ["-p", f"{spec.port}:{spec.container_port}", *BASE_OPTIONS, *spec.options, spec.image, *spec.args]
+    published = f"{spec.publish_ip}:" if spec.publish_ip else ""
+    argv += ["-p", f"{published}{spec.port}:{spec.container_port}", *BASE_OPTIONS, *spec.options]
+    if spec.entrypoint:
+        argv.append(f"--entrypoint={spec.entrypoint}")
+    argv += [spec.image, *spec.args]
     return argv
 
 
@@ -149,25 +226,36 @@ class Running:
     name: str
     log_path: Path
     image_id: str
+    container_id: str = ""
 
 
-def _follow_logs(name: str, log_path: Path) -> subprocess.Popen:
+def _follow_logs(cid: str, log_path: Path) -> subprocess.Popen:
     """`docker logs -f` into a file, in its own session: it ends when the container is removed, and
     outlives `invoke serve` (the user's server keeps its log)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as out:
-        return subprocess.Popen([engine.client().path, "logs", "--follow", "--timestamps", name], stdout=out,
+        return subprocess.Popen([engine.client().path, "logs", "--follow", "--timestamps", cid], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def _running(name: str) -> bool:
-    out = engine.docker("inspect", "--format", "{{.State.Running}}", name, check=False)
+def _stop(follower: subprocess.Popen | None) -> None:
+    if follower is not None and follower.poll() is None:
+        follower.terminate()
+        try:
+            follower.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            follower.kill()
+
+
+def _running(cid: str) -> bool:
+    out = engine.docker("inspect", "--format", "{{.State.Running}}", cid, check=False)
     return out.returncode == 0 and out.stdout.strip() == "true"
 
 
-def remove(name: str) -> bool:
-    """`docker rm -f NAME`; True when a container was removed (False: there was none)."""
-    out = engine.docker("rm", "--force", name, check=False, timeout=120)
+def remove(cid: str) -> bool:
+    """`docker rm -f ID` of a container this run created (never by name: the name may be another
+    container's); True when it was removed."""
+    out = engine.docker("rm", "--force", cid, check=False, timeout=120)
     return out.returncode == 0
 
 
@@ -178,61 +266,114 @@ def tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def start(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Running:
-    """Run the container detached, keep its log in `log_path`, wait for health. On any failure the
-    caller removes it (`container` does; `invoke serve` does too)."""
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (a CI cancel, `timeout`, `kill`) raises KeyboardInterrupt while the block runs, so the same
+    clean-up as Ctrl-C runs (its default action ends the process at once and leaves the container up)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def launch(spec: RunSpec) -> str:
+    """`docker run` the container; its id. The id comes from --cidfile, written as soon as the container
+    is created: a run that fails or is interrupted after that removes its own container, and one that
+    fails before (a name already taken) touches nothing."""
     check_spec(spec)
     engine.require_daemon()
-    say("docker " + shlex.join(run_argv(spec)))
-    engine.docker(*run_argv(spec), timeout=300)
-    follower = _follow_logs(spec.name, log_path)
-    say(f"container {spec.name}: log in {log_path}")
+    argv = run_argv(spec)
+    say("docker " + shlex.join(argv))
+    with tempfile.TemporaryDirectory(prefix="cookbook-run.") as tmp:
+        cidfile = Path(tmp) / "cid"
+        argv = [*argv[:2], f"--cidfile={cidfile}", *argv[2:]]
+        try:
+            engine.docker(*argv, timeout=300)
+        except BaseException:
+            cid = cidfile.read_text().strip() if cidfile.is_file() else ""
+            if cid:
+                remove(cid)
+            raise
+        return cidfile.read_text().strip()
+
+
+def await_healthy(spec: RunSpec, cid: str, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S,
+                  ) -> tuple[Running, subprocess.Popen]:
+    """Keep the container's log in `log_path` and wait for health. On a failure the follower is stopped
+    and the caller removes the container (by `cid`)."""
+    follower = _follow_logs(cid, log_path)
+    say(f"container {spec.name} ({cid[:12]}): log in {log_path}")
     try:
-        took = wait_healthy(spec.url + spec.health_path, timeout_s, alive=lambda: _running(spec.name),
+        took = wait_healthy(spec.url + spec.health_path, timeout_s, alive=lambda: _running(cid),
                             label=f"{spec.name}: waiting for {spec.health_path}")
     except CheckFailure as exc:
         time.sleep(1)  # the follower flushes the container's last lines
+        _stop(follower)
         raise CheckFailure(f"container {spec.name}: {exc.what}", where=str(log_path),
                            hint="the log's last lines:\n" + tail(log_path)) from None
-    finally:
-        if follower.poll() is not None and follower.returncode != 0:
-            say(f"warning: `docker logs` for {spec.name} ended with {follower.returncode}")
+    except BaseException:
+        _stop(follower)
+        raise
+    if follower.poll() is not None and follower.returncode != 0:
+        say(f"warning: `docker logs` for {spec.name} ended with {follower.returncode}")
     say(f"container {spec.name} healthy after {took:.0f}s at {spec.url}")
-    image_id = engine.docker("inspect", "--format", "{{.Image}}", spec.name).stdout.strip()
-    return Running(spec.url, spec.name, log_path, image_id)
+    image_id = engine.docker("inspect", "--format", "{{.Image}}", cid).stdout.strip()
+    return Running(spec.url, spec.name, log_path, image_id, cid), follower
 
 
 @contextlib.contextmanager
 def container(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[Running]:
-    """A healthy container for the length of the block, ALWAYS removed after it: on success, on a
-    server that never becomes healthy, on an error and on Ctrl-C (KeyboardInterrupt)."""
-    try:
-        yield start(spec, log_path, timeout_s)
-    finally:
-        if remove(spec.name):
-            say(f"container {spec.name} removed; its log is in {log_path}")
+    """A healthy container for the length of the block, ALWAYS removed after it (by the id this run
+    created): on success, on a server that never becomes healthy, on an error, on Ctrl-C and on SIGTERM."""
+    cid, follower = "", None
+    with sigterm_as_ctrl_c():
+        try:
+            cid = launch(spec)
+            running, follower = await_healthy(spec, cid, log_path, timeout_s)
+            yield running
+        finally:
+            if cid and remove(cid):
+                say(f"container {spec.name} removed; its log is in {log_path}")
+            _stop(follower)
 
 
 def spec_for(loaded: LoadedRecipe, image: str | None = None, port: int | None = None,
              runtime: str | None = GAUDI_RUNTIME, name: str | None = None,
              hf_cache: str | None = "~/.cache/huggingface", env: dict | None = None,
-             options: tuple[str, ...] = (), args: tuple[str, ...] = ()) -> RunSpec:
+             options: tuple[str, ...] = (), args: tuple[str, ...] = (), role: str = "serve") -> RunSpec:
+    """The README's `docker run` for `role`: serve publishes the port as the README does; the transient
+    smoke and bench containers on 127.0.0.1 only. `env` values of None are passed through by name."""
     r = loaded.recipe
+    env = dict(env or {})
+    by_name = tuple(dict.fromkeys([*SECRET_ENV, *(k for k, v in env.items() if v is None)]))
     return RunSpec(image=image or default_image(loaded), name=name or f"cookbook-{loaded.id}",
                    port=port or r.image.port, container_port=r.image.port, runtime=runtime or None,
-                   hf_cache=hf_cache or None, env=dict(env or {}), options=tuple(options), args=tuple(args),
-                   health_path=r.image.health_path)
+                   hf_cache=hf_cache or None, env={k: v for k, v in env.items() if v is not None},
+                   pass_env=by_name, options=tuple(options), args=tuple(args), health_path=r.image.health_path,
+                   role=role, recipe=loaded.id, publish_ip="" if role == "serve" else "127.0.0.1")
 
 
-def parse_env(items: list[str] | None) -> dict[str, str]:
-    """`--env NAME=VALUE` (repeatable) into a mapping; the names are checked as environment names."""
-    env = {}
+def parse_env(items: list[str] | None) -> dict[str, str | None]:
+    """`--env NAME=VALUE` (repeatable) into a mapping; `--env NAME` alone passes NAME through from your
+    environment by name (value None), the way a secret must go. The names are checked as environment names."""
+    env: dict[str, str | None] = {}
     for item in items or []:
         name, eq, value = item.partition("=")
-        said = grammar.problem("env_name", name) if eq else "expected NAME=VALUE"
+        said = grammar.problem("env_name", name)
         if said:
-            raise UsageError(f"--env {item.split('=')[0]!r}: {said}")
-        env[name] = value
+            raise UsageError(f"--env {name!r}: {said}", hint="NAME=VALUE, or NAME alone to pass yours through")
+        env[name] = value if eq else None
     return env
 
 
@@ -243,11 +384,15 @@ def serve(loaded: LoadedRecipe, spec: RunSpec, log_dir: Path, timeout_s: float, 
         print(shown(run_argv(spec)))
         return None
     log_path = log_dir / f"{spec.name}.log"
-    try:
-        running = start(spec, log_path, timeout_s)
-    except BaseException:
-        remove(spec.name)
-        raise
+    cid = ""
+    with sigterm_as_ctrl_c():
+        try:
+            cid = launch(spec)
+            running, _ = await_healthy(spec, cid, log_path, timeout_s)  # its follower keeps the log
+        except BaseException:
+            if cid:  # only the container this run created; a clash on the name created none
+                remove(cid)
+            raise
     print(f"url      {running.url}")
     print(f"log      {log_path}")
     print(f"stop     docker rm -f {spec.name}")

@@ -242,7 +242,8 @@ def test_image_that_never_gets_healthy_is_removed(cpu_recipe_image, tiny_model, 
     assert not container_exists(name)
 
 
-def test_image_removed_on_ctrl_c(cpu_recipe_image, tiny_model, tmp_path):
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])  # Ctrl-C; a CI cancel or `timeout`
+def test_image_removed_on_ctrl_c(cpu_recipe_image, tiny_model, tmp_path, signame):
     import signal
     import time
 
@@ -254,7 +255,7 @@ def test_image_removed_on_ctrl_c(cpu_recipe_image, tiny_model, tmp_path):
         while not container_exists(name) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert container_exists(name)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, signame))
         proc.wait(timeout=120)
     finally:
         proc.kill()

@@ -142,3 +142,39 @@ def test_expectations_are_the_rendered_manifest(with_testpack):
     assert len(e["env"]) == 23
     assert e["manifest_sha256"] == fixplan.sha256_bytes(files["manifest.json"])
     assert e["content_hash"] == render.content_hash(files) and e["paths"]["record"] == fixplan.RECORD
+
+
+# --- A check cut short by its time limit leaves no container ------------------------------------------
+
+def leftover(marker: str) -> list[str]:
+    out = engine.docker("ps", "--all", "--no-trunc", "--format", "{{.ID}} {{.Command}}")
+    return [line.split()[0] for line in out.stdout.splitlines() if marker in line]
+
+
+def test_a_timed_out_check_leaves_no_container(docker_engine, monkeypatch):
+    """Killing `docker run --rm`'s client does not stop its container: the check removes it by name, and
+    `invoke test` sweeps whatever its run's label still finds."""
+    import importlib.util
+    import subprocess
+    import uuid
+
+    if not engine.image_exists(standin.ROOTFS_IMAGE):
+        standin.ensure_rootfs_image()
+    spec = importlib.util.spec_from_file_location("image_checks_conftest", imagecheck.CHECKS / "conftest.py")
+    checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checks)
+    monkeypatch.setattr(checks, "RUN_TIMEOUT_S", 3, raising=False)
+    run_id = uuid.uuid4().hex
+    monkeypatch.setenv("COOKBOOK_CHECK_RUN", run_id)
+    marker = uuid.uuid4().hex
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            checks.docker_run(standin.ROOTFS_IMAGE, "sh", "-c", f"sleep 150 # {marker}")
+        assert leftover(marker) == []
+        # A check process killed outright: its container is found by the run's label and removed by id.
+        engine.docker("run", "--detach", "--label", f"{imagecheck.RUN_LABEL}={run_id}", standin.ROOTFS_IMAGE,
+                      "sh", "-c", f"sleep 150 # {marker}")
+        assert len(imagecheck.sweep(run_id)) == 1 and leftover(marker) == []
+    finally:
+        for cid in leftover(marker):
+            engine.docker("rm", "--force", cid, check=False)

@@ -92,10 +92,15 @@ def test_manifests_agree_with_the_image(built, facts, truth, mode):
     assert env["VLLM_SKIP_WARMUP"]["value"] == "false"  # the override given
     assert not (set(env) - {"HF_TOKEN", "VLLM_SKIP_WARMUP"}) & set(manifest["env"])  # the rest is in the image
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert mounts == {"model-cache": k8s.HF_CACHE, "dshm": "/dev/shm"}
+    assert mounts == {"model-cache": k8s.HF_CACHE, "dshm": "/dev/shm", "tmp": "/tmp"}  # the README's writable places
     vols = {v["name"]: v for v in (objects.get("deployment.yaml", {}).get("spec", {}).get("template", {})
                                     .get("spec") or objects["servingruntime.yaml"]["spec"])["volumes"]}
-    assert vols["dshm"]["emptyDir"] == {"medium": "Memory"}
+    assert vols["dshm"]["emptyDir"] == {"medium": "Memory"} and vols["tmp"]["emptyDir"] == {}
+    # Restricted: a read-only root, no privilege escalation, every capability dropped but SYS_NICE.
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"], "add": ["SYS_NICE"]},
+                                    "seccompProfile": {"type": "RuntimeDefault"}}
+    assert set(c["resources"]["requests"]) == {"cpu", "memory"}
     assert ("pdb.yaml" in objects) == (mode["replicas"] > 1)
     assert ("service.yaml" in objects) == (not mode.get("kserve"))
     if "service.yaml" in objects:
@@ -186,6 +191,39 @@ def test_env_override_cannot_change_the_hpu_mode():
     assert k8s.render(recipes.load(RID), facts, same)
 
 
+@pytest.mark.parametrize("env,said", [
+    ((("HF_TOKEN", "hf_x"),), "never written into a manifest"),
+    ((("VLLM_API_KEY", "k"),), "never written into a manifest"),
+    ((("my_password", "p"),), "never written into a manifest"),
+    ((("VLLM_COMPACT_GDN", "0"),), "rule gdn-fix-needs-compact-gdn"),  # the image's guard would refuse it
+    ((("VLLM_DECODE_BS_BUCKET_MAX", "x"),), "takes a whole number"),
+])
+def test_overrides_the_image_would_refuse_or_that_carry_a_secret(env, said):
+    facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {"PT_HPU_LAZY_MODE": "0"}, 1800, 30, 10, 3)
+    opts = k8s.Options("r/x@sha256:" + "a" * 64, env=env)
+    with pytest.raises(ManifestError, match=said) as err:
+        k8s.render(recipes.load(RID), facts, opts)
+    assert "hf_x" not in str(err.value)
+    unsafe = k8s.Options("r/x@sha256:" + "a" * 64, env=(*env, ("COOKBOOK_ALLOW_UNSAFE", "1")))
+    if "rule" in said:  # as in the image: COOKBOOK_ALLOW_UNSAFE=1 starts despite a rule, never a bad value
+        assert k8s.render(recipes.load(RID), facts, unsafe)
+
+
+D = "sha256:" + "d" * 64
+
+
+@pytest.mark.parametrize("image_id,repo_digests,ok", [
+    (D, (), True),  # the local image is the pinned one (a local build: its id)
+    ("sha256:" + "1" * 64, ("registry.example/q@" + D,), True),  # pulled: its repo digest
+    ("sha256:" + "1" * 64, ("registry.example/q@sha256:" + "2" * 64,), False),
+    ("sha256:" + "1" * 64, (), False),
+])
+def test_digest_problem(image_id, repo_digests, ok):
+    facts = k8s.ImageFacts({}, 8000, "/health", {}, 1800, 30, 10, 3, image_id, repo_digests)
+    said = k8s.digest_problem("registry.example/q@" + D, facts)
+    assert (said is None) == ok, said
+
+
 @pytest.mark.parametrize("pairs,want", [(None, ()), (["A=1", "B=x=y", "C="], (("A", "1"), ("B", "x=y"), ("C", "")))])
 def test_parse_env(pairs, want):
     assert k8s.parse_env(pairs) == want
@@ -233,17 +271,53 @@ def invoke(*args):
 @pytest.mark.docker
 def test_task_writes_plain_files_and_refuses_a_standin_unasked(built, tmp_path):
     base = ["k8s", "--recipe", RID, "--image", digest_ref(built), "--local", built.tags[0]]
+    other = invoke(*base[:4], "registry.example/q@sha256:" + "e" * 64, *base[5:], "--standin",
+                   "--out", str(tmp_path / "other"))  # --local is not the image --image pins
+    assert other.returncode == 1 and "the digest --image pins" in other.stderr and not (tmp_path / "other").exists()
     refused = invoke(*base, "--out", str(tmp_path / "no"))
     assert refused.returncode == 1 and "stand-in" in refused.stderr and "Traceback" not in refused.stderr
     dry = invoke(*base, "--standin", "--dry-run", "--out", str(tmp_path / "dry"))
     assert dry.returncode == 0 and "kind: Deployment" in dry.stdout and not (tmp_path / "dry").exists()
     out = tmp_path / "k"
     (out).mkdir()
-    (out / "pdb.yaml").write_text("stale\n")
+    (out / "deployment.yaml").write_text("my own hand-written manifest\n")
     (out / "mine.yaml").write_text("kept\n")
-    done = invoke(*base, "--standin", "--replicas", "1", "--out", str(out))
+    mine = invoke(*base, "--standin", "--out", str(out))  # a folder the cookbook did not make: refused, untouched
+    assert mine.returncode == 2 and "not replacing it" in mine.stderr and "Traceback" not in mine.stderr
+    assert (out / "deployment.yaml").read_text() == "my own hand-written manifest\n"
+    out = tmp_path / "ours"
+    first = invoke(*base, "--standin", "--replicas", "2", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    assert (out / "pdb.yaml").is_file() and (out / k8s.MARKER).is_file()
+    done = invoke(*base, "--standin", "--replicas", "1", "--out", str(out))  # its own folder: replaced whole
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["deployment.yaml", "mine.yaml", "service.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == [k8s.MARKER, "deployment.yaml", "service.yaml"]
     docs = [yaml.safe_load((out / f).read_text()) for f in ("deployment.yaml", "service.yaml")]
     assert [d["kind"] for d in docs] == ["Deployment", "Service"]
     assert all("namespace" not in d["metadata"] for d in docs)  # kubectl -n / kustomize decide
+
+
+@pytest.mark.docker
+def test_local_must_be_the_pushed_image_it_pins(built, tmp_path):
+    """Pushed to a real registry on 127.0.0.1: the engine records the repo digest, and --local is taken
+    for that digest only; a pin on another digest of the same repository is refused, nothing written."""
+    from . import registries
+
+    with registries.running(tmp_path / "registry") as server:
+        tag = f"{server.host}/q:k8s"
+        engine.docker("tag", built.image_id, tag)
+        try:
+            engine.docker("push", tag, timeout=600)
+            digest, _ = server.manifest("q", "k8s")  # read back by a second client
+            base = ["k8s", "--recipe", RID, "--local", tag, "--standin"]
+            ok = invoke(*base, "--image", f"{server.host}/q@{digest}", "--out", str(tmp_path / "ok"))
+            assert ok.returncode == 0, ok.stderr
+            assert f"{server.host}/q@{digest}" in (tmp_path / "ok" / "deployment.yaml").read_text()
+            wrong = invoke(*base, "--image", f"{server.host}/q@sha256:{'0' * 64}", "--out", str(tmp_path / "no"))
+            assert wrong.returncode == 1 and "the digest --image pins" in wrong.stderr
+            assert not (tmp_path / "no").exists()
+        finally:
+            engine.docker("rmi", tag, check=False)
+            for ref in engine.inspect(built.image_id).get("RepoDigests") or []:
+                if ref.startswith(server.host + "/"):
+                    engine.docker("rmi", ref, check=False)

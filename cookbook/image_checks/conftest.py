@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import uuid
 
 import pytest
 
@@ -90,7 +91,22 @@ def history(expect) -> list[str]:
     return out.stdout.splitlines()
 
 
+RUN_TIMEOUT_S = 120
+# `invoke test` names its run; every container a check starts carries it, so what a killed check leaves
+# behind is found by label (imagecheck.sweep) even when this process is gone.
+RUN_LABEL = "cookbook.check-run"
+
+
 def docker_run(image: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`docker run --rm` of the image, named and labelled: when the time is up only the client is killed,
+    so the container (still running) is removed here by its name."""
+    name = f"cookbook-check-{uuid.uuid4().hex[:12]}"
+    run = os.environ.get("COOKBOOK_CHECK_RUN", "none")
     flags = [f"--env={k}={v}" for k, v in (env or {}).items()]
-    return subprocess.run([DOCKER, "run", "--rm", "--network", "none", *flags, image, *args],
-                          capture_output=True, text=True, timeout=120)
+    argv = [DOCKER, "run", "--rm", "--name", name, "--label", "cookbook.container=image-check",
+            "--label", f"{RUN_LABEL}={run}", "--network", "none", *flags, image, *args]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        subprocess.run([DOCKER, "rm", "--force", name], capture_output=True, timeout=120)
+        raise
