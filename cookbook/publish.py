@@ -2,9 +2,9 @@
 read the manifest back, and attach its SBOM and provenance.
 
 What may be published is one pure function, `refusals()`, which lists every reason at once:
-stand-in images, images with unwritten fixes (or built with --allow-unwritten-fixes), images whose
-checks have not passed, recipes without a pinned base digest, images of another version of the
-recipe, and a content tag that already holds a different image. The same image again is a no-op:
+stand-in images, images with unwritten fixes (or built with --allow-unwritten-fixes), recipes
+without a pinned base digest, images of another version of the recipe, and a content tag that
+already holds a different image. The same image again is a no-op:
 identity is the image id (the manifest's config digest), which is the same on every machine
 whatever compression a push chose.
 
@@ -42,14 +42,14 @@ MOVING = ("latest",)  # besides the vllm-gaudi version
 
 @dataclass(frozen=True)
 class Facts:
-    """What the refusals are decided on, gathered at the edges."""
+    """What the refusals are decided on, gathered at the edges (the checks are judged apart, by
+    evidence_problems, on a run made after these refusals let the image through)."""
 
     recipe: str
     recipe_hash: str
     recipe_base_digest: str | None
     image_id: str
     labels: dict[str, str]
-    checks_problem: str | None  # None: the image's checks passed, with evidence for this image id
     remote_image_id: str | None  # the image id the content tag holds at the registry, if any
     content_ref: str
 
@@ -71,8 +71,6 @@ def refusals(f: Facts, allow_standin: bool = False) -> list[str]:
     if not out and labels.get(PUBLISHABLE_LABEL) != "true" and not (standin and allow_standin):
         out.append(f"it says it may not be published ({PUBLISHABLE_LABEL}="
                    f"{labels.get(PUBLISHABLE_LABEL, '<missing>')})")
-    if f.checks_problem:
-        out.append(f"its image checks have not passed: {f.checks_problem}")
     if labels.get("cookbook.recipe") != f.recipe or labels.get("cookbook.recipe.hash") != f.recipe_hash:
         out.append(f"it was built from another recipe or another version of {f.recipe} "
                    f"(label {labels.get('cookbook.recipe')} {labels.get('cookbook.recipe.hash', '')[:12]}, "
@@ -172,7 +170,7 @@ def publish(ref: str, target: str, *, image: str | None = None, standin: bool = 
         reg = registry.Registry(target, creds)
         repository = reg.repo(loaded.id)
         content_ref = f"{repository}:{content}"
-        facts = Facts(loaded.id, loaded.hash, loaded.recipe.base.digest, image_id, labels, None, None, content_ref)
+        facts = Facts(loaded.id, loaded.hash, loaded.recipe.base.digest, image_id, labels, None, content_ref)
         # What the image itself says decides first, without a word to the registry; then the tag.
         _refuse(image, image_id, repository, refusals(facts, allow_standin=allow_standin))
         remote = reg.inspect(content_ref)
