@@ -9,6 +9,7 @@ task has no such switch) and which keeps `-standin` on every tag. Its labels are
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -289,7 +290,7 @@ def test_the_task_refuses_a_standin_image_with_every_reason(publishable, pack, a
     relabelled = iid.read_text().strip()
     try:
         out = subprocess.run(
-            [str(Path(__file__).parent.parent / ".venv/bin/invoke"), "publish", "--recipe", str(path), "--registry",
+            [str(Path(sys.executable).parent / "invoke"), "publish", "--recipe", str(path), "--registry",
              f"{auth_registry.host}/refused", "--image", relabelled, "--repo", TEST_REPO, "--standin"],
             capture_output=True, text=True, timeout=120,
             env={**__import__("os").environ, "COOKBOOK_FIXES_DIR": pack,
