@@ -376,6 +376,9 @@ def test_forged_evidence_and_labels_do_not_publish_a_plain_binary(publishable, p
         assert auth_registry.tags("forged/publish-test") == []
     finally:
         remove_image(forged)
+        import shutil
+
+        shutil.rmtree(imagecheck.evidence_path(forged).parent, ignore_errors=True)
 
 
 def test_a_name_repointed_during_publish_cannot_mix_images(publishable, pack, auth_registry, env_creds, tmp_path,
