@@ -324,7 +324,31 @@ def md_text(text: str, pipes: bool = False) -> str:
         for i in range(0, len(parts), 2):
             parts[i] = _entities(parts[i], pipes)
         out.append("`".join(parts))
-    return "\n".join(out)
+    return _plain_links("\n".join(out))
+
+
+_INLINE_LINK = re.compile(r"\]\(([^)]*)")
+_REF_DEFINITION = re.compile(r"^(\s*)\[([^\]]*\]:\s*)(\S*)")
+
+
+def _safe_target(target: str) -> bool:
+    """A link target the pages may keep: http(s), mailto, or relative (no scheme before the first /, ?
+    or #). `javascript:` and any other scheme (however spelt) is not."""
+    target = target.strip()
+    return bool(re.match(r"(?i)(https?://|mailto:)", target)) or ":" not in re.split(r"[/?#]", target, maxsplit=1)[0]
+
+
+def _plain_links(text: str) -> str:
+    """Markdown links whose target is not safe are made plain text: an inline link's `](` (its target
+    may start on the next line) and a reference definition's `[` are escaped."""
+    text = _INLINE_LINK.sub(lambda m: m[0] if _safe_target(m[1]) else "\\]" + m[0][1:], text)
+    lines = []
+    for line in text.split("\n"):
+        ref = _REF_DEFINITION.match(line)
+        if ref and not (ref[3] and _safe_target(ref[3])):  # a target on the next line is not looked at
+            line = f"{ref[1]}\\[{line[len(ref[1]) + 1:]}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def md_cell(text: str) -> str:

@@ -161,6 +161,8 @@ HOSTILE = [
     "\\`<script>alert('escaped')</script>\\`",
     "`a` <img src=x onerror=alert('img')> `b` & <b>bold</b>",
     "<div>\n<script>alert('block')</script>\n</div>",
+    "[link](javascript:alert('link')) ![img](JaVaScRiPt:alert('img')) [next](\njavascript:alert('next'))",
+    "see [ref][r]\n\n[r]: javascript:alert('ref')\n\n[r2]:\n  javascript:alert('ref2')\n\n[ok](https://example.com/x)",
 ]
 
 
@@ -199,6 +201,8 @@ def test_recipe_and_result_text_reaches_the_site_escaped(tmp_path, recipe_tree):
     html += (tmp_path / "site" / "index.html").read_text()
     for tag in ("<script>alert", "<img src=x", "<b>bold", "<b>8", "<div>\n<script"):
         assert tag not in html, tag
+    assert not re.search(r"(?i)(href|src)=\"\s*javascript", html)
+    assert '<a href="https://example.com/x">ok</a>' in html  # a safe link stays a link
     assert "&lt;script&gt;alert('plain')" in html or "&lt;script&gt;alert(&#x27;plain&#x27;)" in html
     assert "<code>a</code>" in html  # a plain code span is still one
 
@@ -206,3 +210,18 @@ def test_recipe_and_result_text_reaches_the_site_escaped(tmp_path, recipe_tree):
 def test_a_launch_value_that_would_end_the_code_block_is_refused():
     with pytest.raises(RecipeError, match="would end its code block"):
         docs.code_block("vllm serve m \\\n```\n<script>x</script>")
+
+
+@pytest.mark.parametrize("text, out", [
+    ("plain", "plain"),
+    ("a `<b>` c <d>", "a `<b>` c &lt;d&gt;"),
+    ("odd ` <x>", "odd ` &lt;x&gt;"),
+    ("``x`<y>`a`", "``x`&lt;y&gt;`a`"),
+    *[(safe, safe) for safe in ("[a](recipes/x.md) [b](https://e.org) [c](mailto:me@e.org)", "[d](#anchor)")],
+    ("[a](javascript:x)", "[a\\](javascript:x)"),
+    ("[a](vbscript:x) [b](data:text/html,x)", "[a\\](vbscript:x) [b\\](data:text/html,x)"),
+    ("[r]: javascript:x", "\\[r]: javascript:x"),
+    ("[r]: recipes/x.md", "[r]: recipes/x.md"),
+])
+def test_md_text(text, out):
+    assert docs.md_text(text) == out
