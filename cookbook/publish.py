@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import engine, fixes, imagecheck, recipes, registry, steps, supply
 from .derive import image_tags
-from .errors import CheckFailure, PublishError
+from .errors import CheckFailure, EngineError, PublishError
 from .progress import say
 from .recipes import LoadedRecipe
 
@@ -189,10 +189,11 @@ def publish(ref: str, target: str, *, image: str | None = None, standin: bool = 
 def resolve(image: str, loaded: LoadedRecipe) -> tuple[str, dict[str, str]]:
     """NAME (or id) -> (image id, labels), from one `docker inspect`."""
     engine.require_daemon()
-    if not engine.image_exists(image):
+    try:
+        info = engine.inspect(image)
+    except EngineError:
         raise PublishError(f"no local image {image}", hint=f"build and check it first: invoke build --recipe "
-                           f"{loaded.id}, then invoke test --recipe {loaded.id}")
-    info = engine.inspect(image)
+                           f"{loaded.id}, then invoke test --recipe {loaded.id}") from None
     return info["Id"], info["Config"].get("Labels") or {}
 
 
@@ -319,14 +320,16 @@ def content_tag_of(image: str, loaded, standin: bool, dry_run: bool) -> str:
 
 def _dry_run(reg, loaded, image, repository, content, moving, creds, with_sbom) -> None:
     print(f"# credentials: {creds.source}")
-    print(f"docker image inspect {image}   # labels, id; refused unless publishable")
+    print(f"docker image inspect {image}   # once: the image id and labels; everything below uses the id")
     print(f"skopeo inspect --raw docker://{repository}:{content}   # must be absent or this same image")
-    print(" ".join(reg.push_command(image, f"{repository}:{content}")))
-    for tag in moving:
-        print(f"skopeo copy --preserve-digests docker://{repository}@<digest> docker://{repository}:{tag}")
+    print("# the image checks, as invoke test runs them, on the image id; refused unless every one passes:")
+    imagecheck.run(loaded, "<image-id>", None, dry_run=True)
+    print(" ".join(reg.push_command("<image-id>", f"{repository}:{content}")))
     print(f"skopeo inspect --raw docker://{repository}@<digest>   # read back: digest, config = image id, labels")
     if with_sbom:
         print(" ".join(supply.syft_command("<image-id>", Path("<evidence>/sbom.spdx.json"))))
         for kind in ("sbom", "prov"):
             print(f"oras attach {repository}:sha256-<digest hex>.{kind} --subject {repository}@<digest>")
+    for tag in moving:  # last
+        print(f"skopeo copy --preserve-digests docker://{repository}@<digest> docker://{repository}:{tag}")
     return None
