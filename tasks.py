@@ -289,24 +289,29 @@ def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo="gaudi-cookbook", record=N
 ns.add_task(doctor)
 
 
-@task(help={"recipe": "recipe id or path", "registry": "HOST[:PORT][/NAMESPACE] to push to",
-            "image": "local image to publish (default: the recipe's content tag)",
+@task(help={"recipe": "recipe id or path", "registry": "HOST[:PORT][/NAMESPACE] to push to (required)",
+            "image": "local image to publish, by name or id (default: the recipe's moving tag)",
             "standin": "look for the stand-in build (it is refused: stand-ins are never published)",
             "repo": "local image repository prefix", "sbom": "attach the SBOM and provenance (default on)",
             "digest_file": "also write the pushed digest here (for signing in CI)",
+            "no_moving_tags": "push the content tag only; leave the version tag and latest where they are "
+                              "(a later publish of the same image moves them, e.g. once it is signed)",
             "dry_run": "print the commands, push nothing"})
 @edge
-def publish(c, registry, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", sbom=True,
-            digest_file=None, dry_run=False):
-    """Push a checked image under its content tag and the moving ones; print its digest; attach SBOM and provenance.
+def publish(c, registry=None, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", sbom=True,
+            digest_file=None, no_moving_tags=False, dry_run=False):
+    """Check an image again; push it with its SBOM and provenance; move the moving tags last.
 
     Credentials: COOKBOOK_REGISTRY_USER and COOKBOOK_REGISTRY_PASSWORD, else the Docker config; never printed.
     """
     from cookbook import publish as p
+    from cookbook.errors import UsageError
 
-    done = p.publish(recipe, registry, image=image, standin=standin, repo=repo, dry_run=dry_run, sbom=sbom)
-    if done and digest_file:
-        p.write_digest(done, digest_file)
+    if not registry:
+        raise UsageError("invoke publish needs --registry HOST[:PORT][/NAMESPACE]",
+                         hint="e.g. invoke publish --recipe qwen3.5-27b-fp8 --registry ghcr.io/my-org")
+    p.publish(recipe, registry, image=image, standin=standin, repo=repo, dry_run=dry_run, sbom=sbom,
+              moving_tags=not no_moving_tags, digest_file=digest_file)
 
 
 ns.add_task(publish)

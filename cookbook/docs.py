@@ -7,6 +7,7 @@ committed page has drifted from its sources. `--site DIR` builds the static site
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -113,7 +114,15 @@ class Child:
 
 
 def _env():
-    return render.templates(TEMPLATES)
+    """The page templates' environment: every value a template prints is escaped for Markdown prose
+    (md_text) unless the template marks it `|safe`, which it does only inside fenced code blocks, where
+    Markdown escapes the text itself (and `code_block` has refused a line that would close the fence)."""
+    import markupsafe
+
+    env = render.templates(TEMPLATES)
+    env.finalize = lambda v: v if isinstance(v, markupsafe.Markup) else md_text(str(v))
+    env.filters["code_block"] = code_block
+    return env
 
 
 def note(sources: list[str]) -> str:
@@ -205,7 +214,7 @@ def index_page(everything: list[LoadedRecipe]) -> str:
              "| Recipe | Model | Hardware | Release | Opt-in fixes |", "|---|---|---|---|---|"]
     for loaded in everything:
         r = loaded.recipe
-        lines.append(f"| [{r.title}](recipes/{loaded.id}.md) | {r.model.id} | {hardware(r)} | "
+        lines.append(f"| [{md_cell(r.title)}](recipes/{loaded.id}.md) | {md_cell(r.model.id)} | {hardware(r)} | "
                      f"{r.base.vllm_gaudi.version} | {', '.join(f'`{n}`' for n in r.fixes.opt_in) or '-'} |")
     return "\n".join(lines) + "\n"
 
@@ -305,11 +314,65 @@ def build_site(out: Path, dry_run: bool = False) -> Path:
     return out
 
 
+def _entities(text: str, pipes: bool = False) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "\\|") if pipes else text
+
+
+def md_text(text: str, pipes: bool = False) -> str:
+    """Recipe or result text for a Markdown page, so that no HTML of its own reaches the site: `<`, `>`
+    and `&` become entities (a fix title such as "only </think> ends reasoning" or a `<script>` in a
+    recipe's prose would otherwise be read as HTML). Text inside `code` spans is left as written
+    (Markdown escapes it) only where the spans cannot be read two ways: a line whose backticks are
+    single and paired, none escaped. Any other line is escaped whole, code spans too: an odd, doubled
+    or escaped backtick would let this function and Markdown disagree on where a span ends."""
+    out = []
+    for line in text.split("\n"):
+        if "``" in line or "\\`" in line or line.count("`") % 2:
+            out.append(_entities(line, pipes))
+            continue
+        parts = line.split("`")
+        for i in range(0, len(parts), 2):
+            parts[i] = _entities(parts[i], pipes)
+        out.append("`".join(parts))
+    return _plain_links("\n".join(out))
+
+
+_INLINE_LINK = re.compile(r"\]\(([^)]*)")
+_REF_DEFINITION = re.compile(r"^(\s*)\[([^\]]*\]:\s*)(\S*)")
+
+
+def _safe_target(target: str) -> bool:
+    """A link target the pages may keep: http(s), mailto, or relative (no scheme before the first /, ?
+    or #). `javascript:` and any other scheme (however spelt) is not."""
+    target = target.strip()
+    return bool(re.match(r"(?i)(https?://|mailto:)", target)) or ":" not in re.split(r"[/?#]", target, maxsplit=1)[0]
+
+
+def _plain_links(text: str) -> str:
+    """Markdown links whose target is not safe are made plain text: an inline link's `](` (its target
+    may start on the next line) and a reference definition's `[` are escaped."""
+    text = _INLINE_LINK.sub(lambda m: m[0] if _safe_target(m[1]) else "\\]" + m[0][1:], text)
+    lines = []
+    for line in text.split("\n"):
+        ref = _REF_DEFINITION.match(line)
+        if ref and not (ref[3] and _safe_target(ref[3])):  # a target on the next line is not looked at
+            line = f"{ref[1]}\\[{line[len(ref[1]) + 1:]}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def md_cell(text: str) -> str:
-    """Text for a Markdown table cell: outside `code` spans, `<`, `>` and `&` become entities (a fix
-    title such as "only </think> ends reasoning" would otherwise be read as HTML) and `|` is escaped."""
-    parts = text.split("`")
-    for i in range(0, len(parts), 2):
-        parts[i] = (parts[i].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-                    .replace("|", "\\|"))
-    return "`".join(parts)
+    """Text for a Markdown table cell: md_text, and `|` escaped outside code spans."""
+    return md_text(text, pipes=True)
+
+
+def code_block(text: str):
+    """Text for a fenced code block, left as written (Markdown escapes code), after refusing a line that
+    would close the fence and let the rest be read as Markdown and HTML."""
+    import markupsafe
+
+    if any(re.match(r"\s*(`{3,}|~{3,})", line) for line in str(text).splitlines()):
+        raise RecipeError(f"a value on a recipe page would end its code block: {str(text)[:80]!r}",
+                          hint="take the ``` or ~~~ out of the recipe's launch values")
+    return markupsafe.Markup(text)

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import build, engine, render
+from . import build, engine, render, steps
 from .errors import CheckFailure
 from .fixes import fixplan
 from .paths import cache_dir
@@ -69,6 +69,14 @@ class Result:
     report: dict
 
 
+def suite_hash() -> str:
+    """The sha256 of the check suite itself (every file under image_checks/, by name and content):
+    evidence names the suite it came from, so a result of another suite is never taken for this one."""
+    files = sorted(p for p in CHECKS.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return fixplan.sha256_bytes(b"".join(f"{p.relative_to(CHECKS)}\0".encode() + fixplan.sha256_bytes(p.read_bytes())
+                                         .encode() + b"\n" for p in files))
+
+
 def evidence_path(image_id: str) -> Path:
     return cache_dir() / "evidence" / image_id.replace("sha256:", "") / "image-checks.json"
 
@@ -87,7 +95,8 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
     run_id = uuid.uuid4().hex
     labels = {"cookbook.image-check": loaded.id, "cookbook.container": "image-check", "cookbook.recipe": loaded.id,
               RUN_LABEL: run_id}
-    container = engine.sdk().containers.run(image, entrypoint=["sleep"], command=["infinity"], detach=True,
+    # By id, not by name: the name may be re-pointed meanwhile, and the evidence is filed under this id.
+    container = engine.sdk().containers.run(image_id, entrypoint=["sleep"], command=["infinity"], detach=True,
                                             network_mode="none", labels=labels)
     try:
         with tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
@@ -114,6 +123,8 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
         "recipe": loaded.id,
         "recipe_hash": loaded.hash,
         "standin": base.standin,
+        "suite_sha256": suite_hash(),
+        "revision": steps.revision(),  # the checkout whose suite and expectations judged the image
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 2),
         "pytest_exit": proc.returncode,

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import fixes
-from .errors import PublishError
+from . import fixes, grammar
+from .errors import PublishError, UsageError
 
 USER_ENV = "COOKBOOK_REGISTRY_USER"
 PASSWORD_ENV = "COOKBOOK_REGISTRY_PASSWORD"
@@ -62,10 +62,34 @@ def split_target(target: str) -> tuple[str, str]:
     """`HOST[:PORT][/NAMESPACE...]` -> (host, namespace); the namespace may be empty."""
     target = target.strip().removeprefix("docker://").rstrip("/")
     if not target or "://" in target or "@" in target:
-        raise PublishError(f"registry {target!r} is not HOST[:PORT][/NAMESPACE]",
+        raise UsageError(f"registry {target!r} is not HOST[:PORT][/NAMESPACE]",
                            hint="e.g. --registry ghcr.io/my-org or --registry 127.0.0.1:5000")
     host, _, namespace = target.partition("/")
+    if target_problem(host, namespace):
+        raise UsageError(f"registry {target!r} is not HOST[:PORT][/NAMESPACE]: {target_problem(host, namespace)}",
+                           hint="e.g. --registry ghcr.io/my-org or --registry 127.0.0.1:5000")
     return host, namespace
+
+
+_HOST = re.compile(rf"{grammar._DOMAIN}")
+_V6_HOST = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::[0-9]+)?")
+_NAMESPACE = re.compile(rf"{grammar._COMPONENT}(?:/{grammar._COMPONENT})*")
+
+
+def target_problem(host: str, namespace: str) -> str | None:
+    """Docker's reference grammar for a registry host (name or IP, optional port; an IPv6 literal in
+    brackets) and its namespace (lower-case path components); None when both fit."""
+    v6 = _V6_HOST.fullmatch(host)
+    if v6:
+        try:
+            ipaddress.IPv6Address(v6[1])
+        except ValueError:
+            return f"{host} is not an IPv6 address"
+    elif not _HOST.fullmatch(host):
+        return f"{host!r} is not a host name or address with an optional :PORT"
+    if namespace and not _NAMESPACE.fullmatch(namespace):
+        return f"{namespace!r} is not a namespace (lower-case letters, digits and . _ - between them, / between parts)"
+    return None
 
 
 @dataclass(frozen=True)

@@ -88,9 +88,17 @@ def provenance(*, repository: str, manifest_digest: str, image_id: str, labels: 
             "runDetails": {
                 "builder": {"id": "gaudi-cookbook"},
                 "metadata": {"image_id": image_id, "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                # The checks publish ran on this image right before the push: the suite, the checkout that
+                # ran it, and every check with its outcome.
                 "byproducts": [{"name": "image-checks.json", "digest": {"sha256": evidence_sha256},
                                 "annotations": {"passed": evidence.get("passed"), "started": evidence.get("started"),
-                                                "checks": len(evidence.get("checks", []))}}],
+                                                "image_id": evidence.get("image_id"),
+                                                "recipe_sha256": evidence.get("recipe_hash"),
+                                                "standin": evidence.get("standin"),
+                                                "suite_sha256": evidence.get("suite_sha256"),
+                                                "revision": evidence.get("revision"),
+                                                "checks": {c.get("check"): c.get("outcome")
+                                                           for c in evidence.get("checks", [])}}}],
             },
         },
     }

@@ -153,3 +153,75 @@ def test_the_fix_index_names_written_fixes_and_their_recipes(with_testpack):
 ])
 def test_md_cell_keeps_html_and_pipes_out_of_table_cells(text, cell):
     assert docs.md_cell(text) == cell
+
+
+HOSTILE = [
+    "<script>alert('plain')</script>",
+    "``x`<script>alert('doubled')</script>`a`",  # backtick runs that could be read two ways
+    "\\`<script>alert('escaped')</script>\\`",
+    "`a` <img src=x onerror=alert('img')> `b` & <b>bold</b>",
+    "<div>\n<script>alert('block')</script>\n</div>",
+    "[link](javascript:alert('link')) ![img](JaVaScRiPt:alert('img')) [next](\njavascript:alert('next'))",
+    "see [ref][r]\n\n[r]: javascript:alert('ref')\n\n[r2]:\n  javascript:alert('ref2')\n\n[ok](https://example.com/x)",
+]
+
+
+def test_recipe_and_result_text_reaches_the_site_escaped(tmp_path, recipe_tree):
+    """A recipe whose prose, titles and notes hold HTML, and a smoke result whose hardware and result
+    do, built into a real site by mkdocs: no tag of theirs is in the HTML, and the text still is."""
+    from .conftest import variant
+
+    bad = " ".join(HOSTILE)
+    data = variant({"title": "Hostile <script>alert('title')</script>", "model.summary": bad,
+                    "sections": [{"title": "Sec <script>t</script>", "text": bad}], "launch_notes": [bad],
+                    "known_issues": [bad], "buckets.summary": bad, "verified.setup": bad,
+                    "performance.method": bad})
+    data["fixes"]["why"] = {k: bad for k in data["fixes"]["why"]}
+    data["verified"]["checks"][0]["title"] = "Check <script>alert('check')</script>"
+    data["rules"][0]["text"] = bad
+    _, write = recipe_tree
+    loaded = recipes.load(write(data))
+    smoke = results.Run.model_validate({
+        "schema": results.SCHEMA, "kind": "smoke", "recipe": loaded.id, "recipe_hash": loaded.hash,
+        "image": "x", "image_digest": "sha256:" + "ab" * 32, "hardware": "<script>alert('hw')</script>",
+        "date": "2026-12-01T10:00:00Z",
+        "results": [{"name": loaded.recipe.verified.checks[0].name, "passed": True, "result": "<b>8</b>"}]})
+    docs_dir = tmp_path / "docs"
+    (docs_dir / "recipes").mkdir(parents=True)
+    (docs_dir / "recipes" / "hostile.md").write_text(docs.recipe_page(loaded, [loaded], set(), smoke, None))
+    (docs_dir / "index.md").write_text(docs.index_page([loaded]))
+    (tmp_path / "mkdocs.yml").write_text("site_name: t\ndocs_dir: docs\nuse_directory_urls: false\n"
+                                         "theme: {name: mkdocs}\n")
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "-f", str(tmp_path / "mkdocs.yml"),
+                    "-d", str(tmp_path / "site")], check=True, capture_output=True)
+    html = (tmp_path / "site" / "recipes" / "hostile.html").read_text()
+    html += (tmp_path / "site" / "index.html").read_text()
+    for tag in ("<script>alert", "<img src=x", "<b>bold", "<b>8", "<div>\n<script"):
+        assert tag not in html, tag
+    assert not re.search(r"(?i)(href|src)=\"\s*javascript", html)
+    assert '<a href="https://example.com/x">ok</a>' in html  # a safe link stays a link
+    assert "&lt;script&gt;alert('plain')" in html or "&lt;script&gt;alert(&#x27;plain&#x27;)" in html
+    assert "<code>a</code>" in html  # a plain code span is still one
+
+
+def test_a_launch_value_that_would_end_the_code_block_is_refused():
+    with pytest.raises(RecipeError, match="would end its code block"):
+        docs.code_block("vllm serve m \\\n```\n<script>x</script>")
+
+
+@pytest.mark.parametrize("text, out", [
+    ("plain", "plain"),
+    ("a `<b>` c <d>", "a `<b>` c &lt;d&gt;"),
+    ("odd ` <x>", "odd ` &lt;x&gt;"),
+    ("``x`<y>`a`", "``x`&lt;y&gt;`a`"),
+    *[(safe, safe) for safe in ("[a](recipes/x.md) [b](https://e.org) [c](mailto:me@e.org)", "[d](#anchor)")],
+    ("[a](javascript:x)", "[a\\](javascript:x)"),
+    ("[a](vbscript:x) [b](data:text/html,x)", "[a\\](vbscript:x) [b\\](data:text/html,x)"),
+    ("[r]: javascript:x", "\\[r]: javascript:x"),
+    ("[r]: recipes/x.md", "[r]: recipes/x.md"),
+])
+def test_md_text(text, out):
+    assert docs.md_text(text) == out

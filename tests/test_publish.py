@@ -9,6 +9,7 @@ task has no such switch) and which keeps `-standin` on every tag. Its labels are
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,8 @@ GOOD = {"cookbook.standin": "false", "cookbook.fixes.not-written": "", "cookbook
         "cookbook.publishable": "true"}
 
 
-def facts(labels=None, checks=None, remote=None, base=BASE):
-    return publish.Facts("r", "h" * 64, base, IMAGE_ID, {**GOOD, **(labels or {})}, checks, remote, "reg/r:v1")
+def facts(labels=None, remote=None, base=BASE):
+    return publish.Facts("r", "h" * 64, base, IMAGE_ID, {**GOOD, **(labels or {})}, remote, "reg/r:v1")
 
 
 @pytest.mark.parametrize("f,allow_standin,words", [
@@ -46,19 +47,58 @@ def facts(labels=None, checks=None, remote=None, base=BASE):
     (facts({"cookbook.publishable": "false"}), False, ["may not be published (cookbook.publishable=false)"]),
     ({**facts().__dict__, "labels": {k: v for k, v in GOOD.items() if k != "cookbook.publishable"}}, False,
      ["may not be published (cookbook.publishable=<missing>)"]),
-    (facts(checks="image sha256:1 has no image-check result"), False,
-     ["checks have not passed: image sha256:1 has no"]),
     (facts({"cookbook.recipe.hash": "x" * 64}), False, ["another version of r"]),
     (facts({"cookbook.recipe": "other"}), False, ["another recipe"]),
     (facts(base=None), False, ["does not pin its base by digest"]),
     (facts({"org.opencontainers.image.base.digest": OTHER_ID}), False, ["is not the recipe's base.digest"]),
     (facts(remote=OTHER_ID), False, ["reg/r:v1 already holds a different image"]),
-    (facts({"cookbook.standin": "true", "cookbook.fixes.not-written": "a,b"}, checks="failed", base=None), False,
-     ["stand-in", "not all written", "checks have not passed", "base by digest"]),
+    (facts({"cookbook.standin": "true", "cookbook.fixes.not-written": "a,b"}, base=None), False,
+     ["stand-in", "not all written", "base by digest"]),
 ])
 def test_refusals(f, allow_standin, words):
     f = f if isinstance(f, publish.Facts) else publish.Facts(**f)
     found = publish.refusals(f, allow_standin=allow_standin)
+    assert len(found) == len(words), found
+    for word, reason in zip(words, found, strict=True):
+        assert word in reason
+
+
+SUITE = "5" * 64
+REV = "c" * 40
+
+
+def report(**over):
+    good = {"image_id": IMAGE_ID, "recipe_hash": "h" * 64, "suite_sha256": SUITE, "standin": False,
+            "revision": REV, "pytest_exit": 0, "passed": True,
+            "checks": [{"check": "test_labels.py::test_a", "outcome": "passed"},
+                       {"check": "test_manifest.py::test_b", "outcome": "passed"}]}
+    return {**good, **over}
+
+
+REVISION = {"org.opencontainers.image.revision": REV}
+
+
+@pytest.mark.parametrize("rep,labels,allow_standin,words", [
+    (report(), REVISION, False, []),
+    # The file issue 21 forged: two fields. Every missing fact is a reason.
+    ({"passed": True, "image_id": IMAGE_ID}, REVISION, False,
+     ["another version of the recipe", "another suite", "stand-in image", "no check ran", "pytest exit None",
+      "checks ran from an unknown checkout"]),
+    (report(image_id=OTHER_ID), REVISION, False, ["ran on image sha256:222222222222"]),
+    (report(suite_sha256="6" * 64), REVISION, False, ["another suite (666666666666), not this checkout's"]),
+    (report(checks=[]), REVISION, False, ["no check ran"]),
+    (report(checks=[{"check": "a", "outcome": "failed"}], passed=False, pytest_exit=1), REVISION, False,
+     ["checks not passed: a failed", "did not pass (pytest exit 1)"]),
+    (report(checks=[{"check": "g", "outcome": "skipped"}]), REVISION, False, ["checks not passed: g skipped"]),
+    (report(standin=True, checks=[{"check": "g", "outcome": "skipped"}]), REVISION, True, []),
+    (report(standin=True), REVISION, False, ["checks were of a stand-in image"]),
+    (report(), {}, False, ["image was built from an unknown checkout"]),
+    (report(), {"org.opencontainers.image.revision": REV + "-dirty"}, False,
+     ["image was built from an uncommitted (ccc"]),
+    (report(revision=REV + "-dirty"), REVISION, False, ["checks ran from an uncommitted"]),
+])
+def test_evidence_problems(rep, labels, allow_standin, words):
+    found = publish.evidence_problems(rep, IMAGE_ID, "h" * 64, SUITE, labels, allow_standin=allow_standin)
     assert len(found) == len(words), found
     for word, reason in zip(words, found, strict=True):
         assert word in reason
@@ -107,6 +147,7 @@ def publishable(docker_engine, upstream_cache, tmp_path_factory):
     path.write_text(json.dumps(data))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COOKBOOK_FIXES_DIR", str(pack))
+        mp.setattr(steps, "revision", lambda: COMMITTED)
         built = steps.build_recipe(str(path), use_standin=True, repo=TEST_REPO)
         loaded = recipes.load(path)
         result = imagecheck.run(loaded, built.tags[0], steps.base_for(loaded, True))
@@ -115,11 +156,17 @@ def publishable(docker_engine, upstream_cache, tmp_path_factory):
     engine.docker("rmi", *built.tags, check=False)
 
 
+# The checkout as CI has it, committed: publish refuses an image built, or checked, from an unknown or
+# uncommitted checkout, and a developer's worktree running these tests may well be uncommitted.
+COMMITTED = "0123456789abcdef" * 2 + "01234567"
+
+
 @pytest.fixture
 def pack(publishable, monkeypatch) -> str:
-    """The publishable recipe's fix pack as the cookbook's, for one test."""
+    """The publishable recipe's fix pack as the cookbook's, and a committed checkout, for one test."""
     folder = str(Path(str(publishable[0])).parents[3] / "fixes")
     monkeypatch.setenv("COOKBOOK_FIXES_DIR", folder)
+    monkeypatch.setattr(steps, "revision", lambda: COMMITTED)
     return folder
 
 
@@ -243,7 +290,7 @@ def test_the_task_refuses_a_standin_image_with_every_reason(publishable, pack, a
     relabelled = iid.read_text().strip()
     try:
         out = subprocess.run(
-            [str(Path(__file__).parent.parent / ".venv/bin/invoke"), "publish", "--recipe", str(path), "--registry",
+            [str(Path(sys.executable).parent / "invoke"), "publish", "--recipe", str(path), "--registry",
              f"{auth_registry.host}/refused", "--image", relabelled, "--repo", TEST_REPO, "--standin"],
             capture_output=True, text=True, timeout=120,
             env={**__import__("os").environ, "COOKBOOK_FIXES_DIR": pack,
@@ -252,7 +299,7 @@ def test_the_task_refuses_a_standin_image_with_every_reason(publishable, pack, a
     finally:
         engine.docker("rmi", relabelled, check=False)
     assert out.returncode == 1 and out.stderr.startswith("error: ") and "Traceback" not in out.stderr
-    for reason in ("stand-in image", "--allow-unwritten-fixes", "image checks have not passed"):
+    for reason in ("stand-in image", "--allow-unwritten-fixes"):
         assert reason in out.stderr
     assert PASSWORD not in out.stderr + out.stdout
     assert auth_registry.tags("refused/publish-test") == []
@@ -286,3 +333,147 @@ def test_a_half_done_publish_is_completed_without_pushing_again(publishable, pac
     assert done.digest == first, (done, first)
     assert done.changed == ["v0.26.0-standin", "latest-standin"], done
     assert sorted(auth_registry.tags("half/publish-test")) == sorted(done.tags)
+
+
+def docker_build(tmp_path: Path, name: str, dockerfile: str, files: dict[str, str] | None = None) -> str:
+    """A test-only image from DOCKERFILE; returns its id."""
+    ctx = tmp_path / name
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(dockerfile)
+    for rel, text in (files or {}).items():
+        (ctx / rel).write_text(text)
+    iid = tmp_path / f"{name}.iid"
+    engine.docker("build", "-q", "--iidfile", str(iid), str(ctx))
+    return iid.read_text().strip()
+
+
+def remove_image(image_id: str) -> None:
+    left = engine.docker("ps", "-aq", "--filter", f"ancestor={image_id}", check=False).stdout.split()
+    if left:
+        engine.docker("rm", "-f", *left, check=False)
+    engine.docker("rmi", "-f", image_id, check=False)
+
+
+def test_forged_evidence_and_labels_do_not_publish_a_plain_binary(publishable, pack, auth_registry, env_creds,
+                                                                  tmp_path):
+    """Issue 21's forgery: an image that is not a cookbook image (one plain file, no shell, no Python) with
+    the labels of a good build copied onto it, and a hand-written two-field evidence file saying it
+    passed. publish runs the checks itself on that image and refuses it; nothing reaches the registry."""
+    path, built = publishable
+    labels = engine.inspect(built.image_id)["Config"]["Labels"]
+    label_lines = "".join(f"LABEL {json.dumps(k)}={json.dumps(v)}\n" for k, v in labels.items())
+    forged = docker_build(tmp_path, "forged", "FROM scratch\nCOPY payload /payload\n" + label_lines,
+                          {"payload": "\x7fELF not a cookbook image\n"})
+    try:
+        assert engine.inspect(forged)["Config"]["Labels"] == labels
+        evidence = imagecheck.evidence_path(forged)
+        evidence.parent.mkdir(parents=True, exist_ok=True)
+        evidence.write_text(json.dumps({"passed": True, "image_id": forged}))
+        with pytest.raises(PublishError, match="image checks") as err:
+            publish.publish(str(path), f"{auth_registry.host}/forged", image=forged, standin=True, repo=TEST_REPO,
+                            allow_standin=True)
+        assert forged[:19] in str(err.value)
+        assert auth_registry.tags("forged/publish-test") == []
+    finally:
+        remove_image(forged)
+        import shutil
+
+        shutil.rmtree(imagecheck.evidence_path(forged).parent, ignore_errors=True)
+
+
+def test_a_name_repointed_during_publish_cannot_mix_images(publishable, pack, auth_registry, env_creds, tmp_path,
+                                                          monkeypatch):
+    """A concurrent build re-points the name right after publish looks it up: what goes out, under the
+    content tag of the image looked up, is that image and only it."""
+    path, built = publishable
+    other = docker_build(tmp_path, "other", f"FROM {built.tags[0]}\nLABEL cookbook.test.other=yes\n")
+    name = f"{TEST_REPO}/repointed:moving"
+    engine.docker("tag", built.image_id, name)
+    looked_up = []
+    real_inspect = engine.inspect
+
+    def inspect_then_repoint(ref):
+        info = real_inspect(ref)
+        if ref == name:
+            looked_up.append(info["Id"])
+            engine.docker("tag", other, name)  # the concurrent build, right after the lookup
+        return info
+
+    monkeypatch.setattr(engine, "inspect", inspect_then_repoint)
+    try:
+        done = publish.publish(str(path), f"{auth_registry.host}/repoint", image=name, standin=True, repo=TEST_REPO,
+                               allow_standin=True, sbom=False)
+    finally:
+        monkeypatch.setattr(engine, "inspect", real_inspect)
+        engine.docker("rmi", name, check=False)
+        remove_image(other)
+    assert looked_up == [built.image_id]
+    assert done.tags[0] == built.tags[0].rsplit(":", 1)[1]
+    for tag in done.tags:
+        digest, manifest = auth_registry.manifest("repoint/publish-test", tag)
+        assert digest == done.digest and manifest["config"]["digest"] == built.image_id, tag
+
+
+def test_image_checks_check_the_image_they_file_evidence_under(publishable, pack, tmp_path, monkeypatch):
+    """`invoke test` the same way: the name is re-pointed to a tampered image right after the lookup; the
+    checks still run on the image looked up, whose id the evidence names."""
+    path, built = publishable
+    tampered = docker_build(tmp_path, "tampered", f"FROM {built.tags[0]}\nUSER root\n"
+                            "RUN echo tampered >> /opt/cookbook/manifest.json\n")
+    name = f"{TEST_REPO}/repointed-test:moving"
+    engine.docker("tag", built.image_id, name)
+    real_inspect = engine.inspect
+
+    def inspect_then_repoint(ref):
+        info = real_inspect(ref)
+        if ref == name:
+            engine.docker("tag", tampered, name)
+        return info
+
+    monkeypatch.setattr(engine, "inspect", inspect_then_repoint)
+    loaded = recipes.load(path)
+    try:
+        result = imagecheck.run(loaded, name, steps.base_for(loaded, True))
+    finally:
+        monkeypatch.setattr(engine, "inspect", real_inspect)
+        engine.docker("rmi", name, check=False)
+        remove_image(tampered)
+    assert result.report["image_id"] == built.image_id and result.evidence == imagecheck.evidence_path(built.image_id)
+    assert result.passed, [c for c in result.report["checks"] if c["outcome"] == "failed"]
+    assert result.report["suite_sha256"] == imagecheck.suite_hash() and result.report["revision"] == COMMITTED
+
+
+def test_moving_tags_move_last(publishable, pack, auth_registry, env_creds, tmp_path):
+    """A failure after the push leaves the version tag and latest unmoved: first the SBOM cannot be
+    written (its path is a folder), then the digest file cannot (same). --no-moving-tags pushes, attaches
+    and writes the digest file and moves nothing; publishing the same image again then moves the moving
+    tags and nothing else."""
+    path, built = publishable
+    repo = "late/publish-test"
+    content = built.tags[0].rsplit(":", 1)[1]
+    sbom_file = imagecheck.evidence_path(built.image_id).parent / "sbom.spdx.json"
+    saved = sbom_file.read_bytes() if sbom_file.is_file() else None
+    sbom_file.unlink(missing_ok=True)
+    sbom_file.mkdir(parents=True)
+    try:
+        with pytest.raises(OSError):
+            publish.publish(str(path), f"{auth_registry.host}/late", standin=True, repo=TEST_REPO, allow_standin=True)
+    finally:
+        sbom_file.rmdir()
+        if saved is not None:
+            sbom_file.write_bytes(saved)
+    assert auth_registry.tags(repo) == [content]  # pushed, nothing attached, nothing moved
+    with pytest.raises(OSError):
+        publish.publish(str(path), f"{auth_registry.host}/late", standin=True, repo=TEST_REPO, allow_standin=True,
+                        digest_file=str(tmp_path))
+    attached = [t for t in auth_registry.tags(repo) if t.startswith("sha256-")]
+    assert len(attached) == 2 and sorted(auth_registry.tags(repo)) == sorted([content, *attached])
+
+    digest_file = tmp_path / "pushed.txt"
+    done = publish.publish(str(path), f"{auth_registry.host}/late", standin=True, repo=TEST_REPO, allow_standin=True,
+                           moving_tags=False, digest_file=str(digest_file))
+    assert digest_file.read_text() == f"{auth_registry.host}/{repo}@{done.digest}\n"
+    assert done.tags == [content] and auth_registry.manifest(repo, "latest-standin") is None
+    again = publish.publish(str(path), f"{auth_registry.host}/late", standin=True, repo=TEST_REPO, allow_standin=True)
+    assert again.changed == ["v0.26.0-standin", "latest-standin"]
+    assert {auth_registry.manifest(repo, t)[0] for t in again.tags} == {done.digest}

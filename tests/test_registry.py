@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from cookbook import registry
-from cookbook.errors import PublishError
+from cookbook.errors import PublishError, UsageError
 
 
 @pytest.mark.parametrize("host,plain", [
@@ -24,14 +24,18 @@ def test_plain_http_only_on_the_loopback(host, plain):
     ("ghcr.io/my-org", ("ghcr.io", "my-org")),
     ("ghcr.io/my-org/team/", ("ghcr.io", "my-org/team")),
     ("docker://quay.io/x", ("quay.io", "x")),
+    ("[::1]:5000/ns", ("[::1]:5000", "ns")),
+    ("localhost:5000/a.b/c_d", ("localhost:5000", "a.b/c_d")),
 ])
 def test_split_target(target, split):
     assert registry.split_target(target) == split
 
 
-@pytest.mark.parametrize("target", ["", "https://ghcr.io/x", "ghcr.io/x@sha256:00"])
-def test_bad_targets_are_refused(target):
-    with pytest.raises(PublishError, match="HOST"):
+@pytest.mark.parametrize("target", ["", "https://ghcr.io/x", "ghcr.io/x@sha256:00", "--help", "-r", "a b",
+                                    "host:port", "ghcr.io/My-Org", "ghcr.io/org/../x", "[::zz]:5000", "ghcr.io\n/x",
+                                    "ghcr.io/-x"])
+def test_bad_targets_are_refused_as_a_usage_mistake(target):
+    with pytest.raises(UsageError, match="HOST"):
         registry.split_target(target)
 
 

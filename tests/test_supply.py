@@ -19,7 +19,11 @@ def test_attachment_tag_is_the_referrers_fallback_tag():
 
 def test_provenance_says_what_made_the_image():
     p = supply.provenance(repository="reg/ns/q", manifest_digest="sha256:" + "f" * 64, image_id="sha256:" + "1" * 64,
-                          labels=LABELS, evidence={"passed": True, "started": "t", "checks": [{}, {}]},
+                          labels=LABELS, evidence={"passed": True, "started": "t", "suite_sha256": "5" * 64,
+                                                   "revision": "c" * 40, "standin": False, "recipe_hash": "a" * 64,
+                                                   "image_id": "sha256:" + "1" * 64,
+                                                   "checks": [{"check": "a", "outcome": "passed"},
+                                                              {"check": "b", "outcome": "passed"}]},
                           evidence_sha256="9" * 64)
     assert p["subject"] == [{"name": "reg/ns/q", "digest": {"sha256": "f" * 64}}]
     build = p["predicate"]["buildDefinition"]
@@ -31,4 +35,7 @@ def test_provenance_says_what_made_the_image():
     assert deps["cookbook"]["annotations"]["revision"] == "c" * 40
     assert deps["vllm-gaudi"]["annotations"]["commit"] == "d" * 40
     (evidence,) = p["predicate"]["runDetails"]["byproducts"]
-    assert evidence["digest"] == {"sha256": "9" * 64} and evidence["annotations"]["checks"] == 2
+    assert evidence["digest"] == {"sha256": "9" * 64}
+    assert evidence["annotations"] == {"passed": True, "started": "t", "image_id": "sha256:" + "1" * 64,
+                                       "recipe_sha256": "a" * 64, "standin": False, "suite_sha256": "5" * 64,
+                                       "revision": "c" * 40, "checks": {"a": "passed", "b": "passed"}}

@@ -144,3 +144,14 @@ def test_real_base_build_dry_run_of_a_recipe_with_its_whole_pack_written():
     out = invoke("build", "--recipe", "qwen3.5-27b-fp8", "--dry-run")
     assert out.returncode == 0, out.stderr
     assert "not written" not in out.stderr + out.stdout and "Traceback" not in out.stderr
+
+
+def test_publish_help_shows_and_a_bad_registry_is_refused_before_any_work():
+    out = invoke("publish", "--help")
+    assert out.returncode == 0 and "--registry" in out.stdout and "--no-moving-tags" in out.stdout, out.stderr
+    one_message(invoke("publish"), 2, "needs --registry HOST[:PORT][/NAMESPACE]")
+    # Before any work: the recipe is not even read (it does not exist) and no engine is asked.
+    for bad in ("--help=x", "a b", "ghcr.io/My-Org", "https://ghcr.io/x", "[::zz]:5000"):
+        out = invoke_env("publish", "--registry", bad, "--recipe", "no-such-recipe",
+                         DOCKER_HOST="unix:///nonexistent.sock")
+        one_message(out, 2, "is not HOST[:PORT][/NAMESPACE]")

@@ -82,13 +82,82 @@ def test_ci_runs_the_suite_and_the_drift_checks():
         assert needed in lines, needed
 
 
-def test_release_publishes_then_signs_keylessly():
+def test_release_publishes_then_signs_keylessly_then_moves_the_tags():
     data = load(WORKFLOWS / "release.yml")
-    assert data["permissions"]["id-token"] == "write" and data["permissions"]["packages"] == "write"
-    assert "tags" in data[True]["push"]  # `on:` reads as True in YAML 1.1
     lines = "\n".join(run_lines(data))
-    assert lines.index("invoke test") < lines.index("invoke publish") < lines.index("cosign sign --yes")
-    assert "--digest-file" in lines and "cosign verify" in lines
+    first = lines.index("invoke publish")
+    assert lines.index("invoke test") < first < lines.index("cosign sign --yes") < lines.index("cosign verify")
+    assert "--digest-file" in lines[first:lines.index("cosign sign")]
+    assert "--no-moving-tags" in lines[first:lines.index("cosign sign")]
+    # The moving tags move last, by a second publish of the same image id after the signature is verified.
+    last = lines.rindex("invoke publish")
+    assert last > lines.index("cosign verify") and "--no-moving-tags" not in lines[last:]
+    assert lines.count('--image "$(cat image-id.txt)"') == 3
+
+
+ACTION_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+
+
+def steps_of(data: dict):
+    for name, job in data["jobs"].items():
+        for step in job.get("steps", []):
+            yield name, step
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_action_is_pinned_by_commit_with_its_version_beside(path):
+    data = load(path)
+    used = [step["uses"] for _, step in steps_of(data) if "uses" in step]
+    assert used, path
+    for ref in used:
+        assert ACTION_PIN.match(ref), f"{path.name}: {ref} is not pinned by a full commit SHA"
+    for line in path.read_text().splitlines():
+        if "uses:" in line:
+            assert re.search(r"@[0-9a-f]{40}  # v\d+\.\d+\.\d+$", line), line
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_no_checkout_leaves_its_token_in_git_config(path):
+    for _, step in steps_of(load(path)):
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, path.name
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_only_the_job_that_pushes_and_signs_may_write_packages_or_get_a_token(path):
+    data = load(path)
+    assert data.get("permissions") == {"contents": "read"}, path.name  # the default for every job
+    for name, job in data["jobs"].items():
+        perms = job.get("permissions", {})
+        lines = "\n".join(step.get("run", "") for step in job.get("steps", []))
+        pushes = "invoke publish" in lines and "cosign sign" in lines
+        if perms.get("packages") == "write" or perms.get("id-token") == "write":
+            assert pushes, f"{path.name} job {name} gets write or token permissions without pushing and signing"
+        if pushes:
+            assert perms == {"contents": "read", "packages": "write", "id-token": "write"}, perms
+
+
+def test_a_release_starts_only_from_a_v_tag():
+    data = load(WORKFLOWS / "release.yml")
+    assert data[True] == {"push": {"tags": ["v*"]}}  # `on:` reads as True in YAML 1.1; no manual start
+    for job in data["jobs"].values():
+        assert job.get("if") == "startsWith(github.ref, 'refs/tags/v')"
+
+
+def test_the_signature_check_accepts_only_the_release_workflow_on_a_tag():
+    lines = "\n".join(run_lines(load(WORKFLOWS / "release.yml")))
+    (regexp,) = re.findall(r'--certificate-identity-regexp "([^"]+)"', lines)
+    pattern = re.compile(regexp.replace("${{ github.repository }}", "me/cookbook"))
+    ok = "https://github.com/me/cookbook/.github/workflows/release.yml@refs/tags/v1.2.0"
+    assert pattern.fullmatch(ok) and pattern.search(ok)
+    for bad in ("https://github.com/me/cookbook/.github/workflows/ci.yml@refs/tags/v1.2.0",
+                "https://github.com/me/cookbook/.github/workflows/release.yml@refs/heads/main",
+                "https://github.com/me/cookbook/.github/workflows/release.yml@refs/heads/v1",
+                "https://github.com/me/cookbook/.github/workflows/evil.yml@refs/heads/x/release.yml@refs/tags/v1",
+                "https://github.com/me/cookbook/.github/workflows/release.yml@refs/tags/v1/../x",
+                "https://github.com/me/cookbook-fork/.github/workflows/release.yml@refs/tags/v1"):
+        assert not pattern.search(bad), bad
+    assert "--certificate-oidc-issuer https://token.actions.githubusercontent.com" in lines
 
 
 def test_gaudi_job_runs_on_a_gaudi_runner_with_the_habana_runtime():
