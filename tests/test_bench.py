@@ -226,6 +226,13 @@ def test_bench_on_the_recipe_image(cpu_recipe_image, tiny_model, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert doc["target"]["image"] == cpu_recipe_image[1] and doc["target"]["image_id"].startswith("sha256:")
+    # What the recipe page needs (cookbook/results.py): the image's content hash, and a CPU run says so.
+    from cookbook import engine, results
+
+    label = engine.docker("image", "inspect", "--format", '{{index .Config.Labels "cookbook.content.hash"}}',
+                          doc["target"]["image_id"]).stdout.strip()
+    assert len(label) == 64 and doc["target"]["content_hash"] == label and doc["target"]["hardware"] == "cpu"
+    assert results.parse(doc, "bench").content_hash == label
     values = {s["name"]: s["values"] for s in doc["scenarios"]}
     assert values["one-stream-short"]["tokens_per_s"] > 0 and values["cold-65k"]["seconds_to_answer"] > 0
     assert (tmp_path / "bench.png").is_file() and "| One stream" in out.stdout
