@@ -6,6 +6,7 @@ committed page has drifted from its sources. `--site DIR` builds the static site
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -109,13 +110,16 @@ def run_note(run: results.Measured | None, recipe_hash: str, current_image: str,
     return note
 
 
-def current_image(loaded: LoadedRecipe) -> str:
-    """The image the page describes, by content hash: the build context of the recipe on its pinned base,
-    as `invoke build` hashes it into the `cookbook.content.hash` label (computed from the checkout, so the
-    drift check needs no Docker). A recipe, fix or template change gives a new hash, so its runs no
-    longer count for the page until measured again."""
-    files = render.context_files(loaded, render.vault_base(loaded))
-    return render.content_hash(files)
+def current_image(loaded: LoadedRecipe, run: results.Measured | None = None) -> str:
+    """The image the page describes, by content hash: the build context this checkout gives for the
+    recipe on its pinned base, as `invoke build` hashes it into the `cookbook.content.hash` label. The
+    context names the base's engine id (and its digest where the recipe pins none), known only to the
+    engine that built it, so they come from the run (its image's labels): equal hashes mean the checkout
+    would build that same image on that base. Computed from files alone: the drift check needs no Docker."""
+    base = render.vault_base(loaded)
+    if run is not None:
+        base = dataclasses.replace(base, image_id=run.base_id, digest=base.digest or run.base_digest)
+    return render.content_hash(render.context_files(loaded, base))
 
 
 # --- the pages ----------------------------------------------------------------------------------
@@ -154,19 +158,18 @@ def fix_rows(loaded: LoadedRecipe, written: set[str]) -> list[dict]:
 
 
 def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: set[str],
-                smoke: results.Measured | None, bench: results.Measured | None,
-                current: str | None = None) -> str:
-    """`current`: the content hash of the image the recipe builds now (current_image, computed if None)."""
+                smoke: results.Measured | None, bench: results.Measured | None) -> str:
     r = loaded.recipe
-    current = current or current_image(loaded)
+    here = {"smoke": current_image(loaded, smoke), "bench": current_image(loaded, bench)}
     children = [Child(c.recipe.title, c.recipe.adds or "", c.recipe.model.geometry == r.model.geometry)
                 for c in everything if c.recipe.extends == loaded.id and c.recipe.adds]
     parent = next((p for p in everything if p.id == r.extends), None)
     checks = measured.join([measured.Item(c.name, c.title, c.expect)
-                            for c in (r.verified.checks if r.verified else [])], smoke, current, measured.smoke_value)
+                            for c in (r.verified.checks if r.verified else [])], smoke, here["smoke"],
+                           measured.smoke_value)
     scenarios = measured.join([measured.Item(s.name, s.title, figure(s.expect))
                                for s in (r.performance.scenarios if r.performance else [])],
-                              bench, current, lambda e: figure(_figures(e["values"])))
+                              bench, here["bench"], lambda e: figure(_figures(e["values"])))
     apply = f"python3 {fixes.fixplan.APPLY_ALL} --profile {r.fixes.profile}" + "".join(
         f" {n}" for n in r.fixes.opt_in)
     sources = [loaded.rel_path] + [str(results.path_for(loaded.id, k).relative_to(ROOT))
@@ -177,8 +180,8 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
         docker_run=docker_run(loaded), env=derive.runtime_env(r), apply=apply,
         serve=continued(derive.serve_command(r), 3), buckets=r.buckets.summary or "",
         fix_rows=fix_rows(loaded, written), checks=checks, scenarios=scenarios,
-        verified_note=run_note(smoke, loaded.hash, current, "smoke"),
-        bench_note=run_note(bench, loaded.hash, current, "bench"))
+        verified_note=run_note(smoke, loaded.hash, here["smoke"], "smoke"),
+        bench_note=run_note(bench, loaded.hash, here["bench"], "bench"))
 
 
 def _figures(values: dict) -> dict:
@@ -189,10 +192,10 @@ def _figures(values: dict) -> dict:
 PUBLISHED_KEYS = ("tokens_per_s", "aggregate_tokens_per_s", "per_stream_tokens_per_s", "seconds_to_answer")
 
 
-def bench_svg(loaded: LoadedRecipe, bench: results.Measured | None, current: str | None = None) -> str:
+def bench_svg(loaded: LoadedRecipe, bench: results.Measured | None) -> str:
     """A bar per scenario: throughput in tokens/s, and seconds to the answer (the range's top). Measured
     figures only from a run of the image the recipe builds now, else the published ones."""
-    if bench is not None and bench.content_hash != (current or current_image(loaded)):
+    if bench is not None and bench.content_hash != current_image(loaded, bench):
         bench = None
     rows = []
     for s in loaded.recipe.performance.scenarios if loaded.recipe.performance else []:
@@ -270,9 +273,8 @@ def site_files() -> dict[Path, str]:
     files = {DOCS / "index.md": index_page(everything), DOCS / "fixes.md": fixes_page(everything, written)}
     for loaded in everything:
         smoke, bench = results.load(loaded.id, "smoke"), results.load(loaded.id, "bench")
-        current = current_image(loaded)
-        files[DOCS / "recipes" / f"{loaded.id}.md"] = recipe_page(loaded, everything, written, smoke, bench, current)
-        files[DOCS / "recipes" / f"{loaded.id}-bench.svg"] = bench_svg(loaded, bench, current)
+        files[DOCS / "recipes" / f"{loaded.id}.md"] = recipe_page(loaded, everything, written, smoke, bench)
+        files[DOCS / "recipes" / f"{loaded.id}-bench.svg"] = bench_svg(loaded, bench)
     return files
 
 

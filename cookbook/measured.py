@@ -3,9 +3,10 @@ latest run of its kind (cookbook/results.py), as published value, measured value
 
 A run counts for the page only when it ran the image the recipe builds now: its content hash (the
 image's `cookbook.content.hash` label, recorded by the smoke and bench writers) equals the hash of the
-recipe's build context on its pinned base (docs.current_image), which the docs step computes from the
-checkout alone. Otherwise the row says "not measured on this image", keeping the last figure beside it
-for the reader. Figures measured on a CPU (Docker's default runtime) are always labelled so.
+build context this checkout gives for the recipe on the same base (docs.current_image), which the docs
+step computes from the checkout and the run's file alone. Otherwise the row says "not measured on this
+image", keeping the last figure beside it for the reader. Figures measured on a CPU (Docker's default
+runtime) are always labelled so.
 """
 
 from __future__ import annotations

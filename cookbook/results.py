@@ -6,7 +6,8 @@ committed, so a page is generated from files in the repository alone.
 
 What the pages take from a file (`Measured`): the date, the image id that ran (target.image_id), the
 image's content hash (target.content_hash, its `cookbook.content.hash` label, which the docs step
-compares with the recipe's current one) and the hardware (target.hardware: "gaudi" under the habana
+compares with the hash of the checkout's build context on the same base, target.base_id and
+target.base_digest) and the hardware (target.hardware: "gaudi" under the habana
 runtime, "cpu" under Docker's default one; absent for a --url run, whose image nobody recorded).
 """
 
@@ -23,6 +24,7 @@ from .paths import ROOT
 RESULTS = ROOT / "results"
 SCHEMAS = {"smoke": "cookbook.smoke/v1", "bench": "cookbook.bench/v1"}
 CONTENT_LABEL = "cookbook.content.hash"  # build.build_labels
+BASE_ID_LABEL, BASE_DIGEST_LABEL = "cookbook.base.id", "org.opencontainers.image.base.digest"  # render.labels
 GAUDI_RUNTIME = "habana"  # serve.GAUDI_RUNTIME; not imported: serve pulls in the engine
 
 
@@ -38,6 +40,8 @@ class Measured:
     image_id: str | None = None
     content_hash: str | None = None
     hardware: str | None = None
+    base_id: str | None = None  # what it was built FROM: the docs step hashes the checkout on this base
+    base_digest: str | None = None
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def entry(self, name: str) -> dict[str, Any] | None:
@@ -50,8 +54,12 @@ def hardware(runtime: str | None) -> str:
 
 
 def image_target(image: str | None, image_id: str | None, runtime: str | None, labels: dict | None) -> dict:
-    """The writers' `target` for a container run: what ran, its content hash, the hardware."""
-    return {"image": image, "image_id": image_id, "content_hash": (labels or {}).get(CONTENT_LABEL),
+    """The writers' `target` for a container run: what ran, its content hash, the base it was built
+    from (the content hash covers the base's engine id, so the docs step needs it to hash the checkout
+    as that build did), and the hardware."""
+    labels = labels or {}
+    return {"image": image, "image_id": image_id, "content_hash": labels.get(CONTENT_LABEL),
+            "base_id": labels.get(BASE_ID_LABEL), "base_digest": labels.get(BASE_DIGEST_LABEL),
             "hardware": hardware(runtime)}
 
 
@@ -76,7 +84,7 @@ def parse(doc: Any, kind: str, source: str = "") -> Measured:
         if not isinstance(doc.get(key), typ):
             raise bad(f"{key} is missing or not a {typ.__name__}", key)
     target = doc["target"]
-    for key in ("image", "image_id", "content_hash", "hardware"):
+    for key in ("image", "image_id", "content_hash", "base_id", "base_digest", "hardware"):
         if target.get(key) is not None and not isinstance(target[key], str):
             raise bad(f"target.{key} is not a string", f"target.{key}")
     if target.get("hardware") not in (None, "gaudi", "cpu"):
@@ -89,7 +97,8 @@ def parse(doc: Any, kind: str, source: str = "") -> Measured:
             raise bad("a scenario without values", f"{rows_key}.{i}.values")
         entries[row["name"]] = row
     return Measured(kind, doc["recipe"], doc["recipe_hash"], doc[date_key], target.get("image"),
-                    target.get("image_id"), target.get("content_hash"), target.get("hardware"), entries)
+                    target.get("image_id"), target.get("content_hash"), target.get("hardware"),
+                    target.get("base_id"), target.get("base_digest"), entries)
 
 
 def path_for(recipe_id: str, kind: str, root: Path = RESULTS) -> Path:

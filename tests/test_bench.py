@@ -232,7 +232,18 @@ def test_bench_on_the_recipe_image(cpu_recipe_image, tiny_model, tmp_path):
     label = engine.docker("image", "inspect", "--format", '{{index .Config.Labels "cookbook.content.hash"}}',
                           doc["target"]["image_id"]).stdout.strip()
     assert len(label) == 64 and doc["target"]["content_hash"] == label and doc["target"]["hardware"] == "cpu"
-    assert results.parse(doc, "bench").content_hash == label
+    # ... and the docs step, hashing this checkout's build context on the base the run names, finds the very
+    # image that ran: the page shows its figures as measured on this image, labelled as CPU figures.
+    from cookbook import docs, recipes
+
+    run = results.parse(doc, "bench")
+    path, _, pack = cpu_recipe_image
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", str(pack))
+        loaded = recipes.load(str(path))
+        assert docs.current_image(loaded, run) == label
+        text = docs.recipe_page(loaded, [loaded], set(), None, run)
+    assert "tokens/s (on CPU) |" in text and "not measured on this image" not in text.lower()
     values = {s["name"]: s["values"] for s in doc["scenarios"]}
     assert values["one-stream-short"]["tokens_per_s"] > 0 and values["cold-65k"]["seconds_to_answer"] > 0
     assert (tmp_path / "bench.png").is_file() and "| One stream" in out.stdout

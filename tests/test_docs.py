@@ -108,19 +108,24 @@ def write_bench(out: Path, target: dict, tokens_per_s: dict, rid="qwen3.5-27b-fp
     return out / "bench.json"
 
 
-def measured_page(tmp_path, runtime="habana", content_hash=None, recipe_hash=None):
+def base_doc() -> dict:
+    return {"schema": "cookbook.smoke/v1", "recipe": "r", "recipe_hash": "0", "started": "", "results": []}
+
+
+def measured_page(tmp_path, runtime="habana", content_hash=None, recipe_hash=None, base_labels=None):
     """The page built from the recipe and result files the writers wrote into a results folder."""
     from cookbook import results
 
     loaded = recipes.load("qwen3.5-27b-fp8")
-    current = docs.current_image(loaded)
-    labels = {"cookbook.content.hash": content_hash or current}
+    base = {"cookbook.base.id": "sha256:" + "ef" * 32}
+    built = docs.current_image(loaded, results.parse({**base_doc(), "target": {"base_id": base["cookbook.base.id"]}},
+                                                     "smoke"))  # what `invoke build` labels the image with
+    labels = {"cookbook.content.hash": content_hash or built, **base, **(base_labels or {})}
     target = results.image_target("gaudi-cookbook/qwen3.5-27b-fp8:v0.26.0", "sha256:" + "ab" * 32, runtime, labels)
     write_smoke(tmp_path / loaded.id, target, [("known-answers", "passed", "8/8 (run)")], recipe_hash=recipe_hash)
     write_bench(tmp_path / loaded.id, target, {"one-stream-short": 51.25}, recipe_hash=recipe_hash)
     smoke, bench = results.load(loaded.id, "smoke", tmp_path), results.load(loaded.id, "bench", tmp_path)
-    return (docs.recipe_page(loaded, recipes.load_all(), set(), smoke, bench, current),
-            docs.bench_svg(loaded, bench, current))
+    return docs.recipe_page(loaded, recipes.load_all(), set(), smoke, bench), docs.bench_svg(loaded, bench)
 
 
 IMAGE = "sha256:abababababab"
@@ -146,6 +151,11 @@ def test_a_run_of_another_image_is_not_measured_on_this_image(tmp_path):
             "51.2 tokens/s) |") in text
     assert "**Not measured on this image**" in text and "earlier version of this recipe" in text
     assert "published figures" in svg and "51.25" not in svg
+
+
+def test_the_same_image_on_another_base_is_not_this_image(tmp_path):
+    text, _ = measured_page(tmp_path, base_labels={"cookbook.base.id": "sha256:" + "01" * 32})
+    assert "| 47.1 tokens/s | not measured on this image (last run: 51.2 tokens/s) |" in text
 
 
 def test_figures_measured_on_a_cpu_are_labelled(tmp_path):
@@ -241,7 +251,8 @@ def test_recipe_and_result_text_reaches_the_site_escaped(tmp_path, recipe_tree):
     loaded = recipes.load(write(data))
     smoke = results.Measured("smoke", loaded.id, loaded.hash, "<script>alert('date')</script>", "x",
                              "sha256:<script>alert('id')</script>", "<script>alert('hash')</script>", None,
-                             {loaded.recipe.verified.checks[0].name: {"passed": True, "result": "<b>8</b> | x"}})
+                             entries={loaded.recipe.verified.checks[0].name: {"passed": True,
+                                                                               "result": "<b>8</b> | x"}})
     docs_dir = tmp_path / "docs"
     (docs_dir / "recipes").mkdir(parents=True)
     (docs_dir / "recipes" / "hostile.md").write_text(docs.recipe_page(loaded, [loaded], set(), smoke, None))

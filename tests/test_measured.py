@@ -15,7 +15,7 @@ DATE, ID = "2026-12-04T10:00:00Z", "sha256:" + "ab" * 32
 
 def run(content_hash=HERE, hardware="gaudi", names=("a",), image_id=ID):
     return Measured("smoke", "r", "0" * 64, DATE, "img:tag", image_id, content_hash, hardware,
-                    {n: {"name": n, "result": f"{n} ok"} for n in names})
+                    entries={n: {"name": n, "result": f"{n} ok"} for n in names})
 
 
 @pytest.mark.parametrize("name,the_run,rows", [

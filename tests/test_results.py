@@ -16,21 +16,26 @@ RID = "qwen3.5-27b-fp8"
 
 def test_the_writers_files_are_read(tmp_path):
     assert results.load(RID, "smoke", tmp_path) is None
-    target = results.image_target("img:1", "sha256:" + "ab" * 32, "", {"cookbook.content.hash": "c" * 64})
+    target = results.image_target("img:1", "sha256:" + "ab" * 32, "", {"cookbook.content.hash": "c" * 64,
+                                                                       "cookbook.base.id": "sha256:b"})
     write_smoke(tmp_path / RID, target, [("known-answers", "passed", "8/8")])
     write_bench(tmp_path / RID, target, {"one-stream-short": 12.5})
     smoke, bench = results.load(RID, "smoke", tmp_path), results.load(RID, "bench", tmp_path)
     assert (smoke.kind, smoke.date, smoke.image_id, smoke.content_hash, smoke.hardware) == (
         "smoke", "2026-12-04T09:00:00Z", "sha256:" + "ab" * 32, "c" * 64, "cpu")
-    assert smoke.entry("known-answers")["result"] == "8/8"
+    assert smoke.entry("known-answers")["result"] == "8/8" and smoke.base_id == "sha256:b"
     assert bench.entry("one-stream-short")["values"]["tokens_per_s"] == 12.5 and bench.date == "2026-12-04T09:30:00Z"
 
 
 @pytest.mark.parametrize("runtime,labels,target", [
-    ("habana", {"cookbook.content.hash": "c" * 64},
-     {"image": "i", "image_id": "sha256:x", "content_hash": "c" * 64, "hardware": "gaudi"}),
-    ("", {}, {"image": "i", "image_id": "sha256:x", "content_hash": None, "hardware": "cpu"}),
-    (None, None, {"image": "i", "image_id": "sha256:x", "content_hash": None, "hardware": "cpu"}),
+    ("habana", {"cookbook.content.hash": "c" * 64, "cookbook.base.id": "sha256:b",
+                "org.opencontainers.image.base.digest": "sha256:d"},
+     {"image": "i", "image_id": "sha256:x", "content_hash": "c" * 64, "base_id": "sha256:b", "base_digest": "sha256:d",
+      "hardware": "gaudi"}),
+    ("", {}, {"image": "i", "image_id": "sha256:x", "content_hash": None, "base_id": None, "base_digest": None,
+              "hardware": "cpu"}),
+    (None, None, {"image": "i", "image_id": "sha256:x", "content_hash": None, "base_id": None, "base_digest": None,
+                  "hardware": "cpu"}),
 ])
 def test_image_target(runtime, labels, target):
     assert results.image_target("i", "sha256:x", runtime, labels) == target
