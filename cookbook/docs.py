@@ -167,9 +167,10 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
     checks = measured.join([measured.Item(c.name, c.title, c.expect)
                             for c in (r.verified.checks if r.verified else [])], smoke, here["smoke"],
                            measured.smoke_value)
+    expects = {s.name: s.expect for s in (r.performance.scenarios if r.performance else [])}
     scenarios = measured.join([measured.Item(s.name, s.title, figure(s.expect))
                                for s in (r.performance.scenarios if r.performance else [])],
-                              bench, here["bench"], lambda e: figure(_figures(e["values"])))
+                              bench, here["bench"], lambda e: figure(_figures(e["values"], expects.get(e["name"]))))
     apply = f"python3 {fixes.fixplan.APPLY_ALL} --profile {r.fixes.profile}" + "".join(
         f" {n}" for n in r.fixes.opt_in)
     sources = [loaded.rel_path] + [str(results.path_for(loaded.id, k).relative_to(ROOT))
@@ -184,9 +185,11 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
         bench_note=run_note(bench, loaded.hash, here["bench"], "bench"))
 
 
-def _figures(values: dict) -> dict:
-    """A bench run's values in the keys a recipe publishes (TTFT and end to end stay in bench.md)."""
-    return {k: v for k, v in values.items() if k in PUBLISHED_KEYS}
+def _figures(values: dict, expect: dict | None = None) -> dict:
+    """A bench run's values in the keys the scenario publishes (a one-stream run measures aggregate and
+    per-stream rates too), else in any key a recipe publishes; TTFT and end to end stay in bench.md."""
+    shown = {k: v for k, v in values.items() if k in PUBLISHED_KEYS}
+    return {k: v for k, v in shown.items() if k in (expect or {})} or shown
 
 
 PUBLISHED_KEYS = ("tokens_per_s", "aggregate_tokens_per_s", "per_stream_tokens_per_s", "seconds_to_answer")
@@ -200,7 +203,7 @@ def bench_svg(loaded: LoadedRecipe, bench: results.Measured | None) -> str:
     rows = []
     for s in loaded.recipe.performance.scenarios if loaded.recipe.performance else []:
         entry = bench.entry(s.name) if bench else None
-        values = _figures(entry["values"]) if entry else s.expect
+        values = _figures(entry["values"], s.expect) if entry else s.expect
         if "tokens_per_s" in values or "aggregate_tokens_per_s" in values:
             value = float(values.get("tokens_per_s", values.get("aggregate_tokens_per_s")))
             rows.append((s.title, value, "tokens/s", f"{value:g} tokens/s"))
