@@ -329,6 +329,7 @@ def test_smoke_on_the_recipe_image(cpu_recipe_image, tiny_model, tmp_path):
                        "--only", "health", "--out", str(tmp_path), "--timeout", "600", "--", "--enforce-eager",
                        task="smoke")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads((tmp_path / "smoke.json").read_text())
+    target = json.loads((tmp_path / "smoke.json").read_text())["target"]
+    assert target["hardware"] == "cpu" and len(target["content_hash"]) == 64  # for the recipe page
     assert "Application startup complete" in (tmp_path / "server.log").read_text()
     assert not container_exists(name)
