@@ -6,8 +6,10 @@ removes changed. Plus the pure parts, table-driven."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -216,3 +218,23 @@ def test_dry_run_reads_nothing_and_errors_are_one_line(bases):
     assert absent.returncode == 2 and "error: no image" in absent.stderr and "Traceback" not in absent.stderr
     no_engine = verify("--base", image, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert no_engine.returncode == 3 and no_engine.stderr.startswith("error: no Docker daemon answers")
+
+
+@pytest.mark.docker
+@pytest.mark.upstream
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_check_removes_its_container(bases, sig):
+    image, _ = bases["match"]
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "fixes.verify", "--base", image], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while no_container_left(image):  # until the created container exists
+            assert proc.poll() is None and time.monotonic() < deadline, "the check ended before it was interrupted"
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert no_container_left(image)
