@@ -137,7 +137,7 @@ def fixes_list(c, profile=None):
             "dry_run": "with --base: print what it would read"})
 @edge
 def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
-    """Apply the whole pack in order to pristine upstream sources (or --base IMAGE's files) and report fix by fix.
+    """Apply the pack in order to pristine upstream sources, or to a base image's files (--base); report fix by fix.
 
     With --base: exit 0 when every fix matches, 4 when some target files differ but the pack still
     applies (a build on that base still refuses them), 1 when a fix does not apply.
@@ -154,7 +154,7 @@ def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
         for line in fix_base.describe(report):
             print(line)
         if report.code:
-            raise Exit(f"the pack does not apply to {base} as recorded (exit {report.code})", code=report.code)
+            raise Exit(fix_base.failure(report), code=report.code)
         return
     if dry_run:
         print(f"would apply profile {profile}'s written fixes in order to pristine copies from the upstream cache")

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import engine, fixes, outdir
-from .errors import FAILED, EngineError, UpstreamError, UsageError
+from .errors import FAILED, PACK_DIFFERS, EngineError, UpstreamError, UsageError
 from .fix_verify import patch_verdict
 from .paths import ROOT
 from .paths import fixes_dir as default_fixes_dir
@@ -32,7 +32,7 @@ from .progress import say
 MATCHES, DIFFERS, NO_APPLY, NOT_WRITTEN = "matches", "differs but applies", "does not apply", "not written"
 # The pack applies, but not to the files it was recorded against: a build on this base still refuses it
 # (apply_all.py checks the pristine hashes first). Not 1: nothing conflicts; not 0: the build would fail.
-EXIT_DIFFERS = 4
+EXIT_DIFFERS = PACK_DIFFERS
 MARKER = ".cookbook-fixes-verify"
 ROLE = "fixes-verify"
 PROBE = "vllm_gaudi/__init__.py"  # what makes a folder the base's site-packages
@@ -314,6 +314,16 @@ def describe(report: Report) -> list[str]:
     counts = {k: sum(v.verdict == k for v in report.verdicts) for k in (MATCHES, DIFFERS, NO_APPLY, NOT_WRITTEN)}
     lines.append(", ".join(f"{n} {k}" for k, n in counts.items() if n) + f"; report in {rel / 'verdicts.json'}")
     return lines
+
+
+def failure(report: Report) -> str:
+    """The last line of a run that did not exit 0."""
+    bad = [v.fix for v in report.verdicts if v.verdict == NO_APPLY]
+    if bad:
+        return f"{len(bad)} fix(es) do not apply to {report.image}: {', '.join(bad)}"
+    files = sorted({name for v in report.verdicts for name in v.differing})
+    return (f"the pack applies to {report.image}, but {len(files)} target file(s) are not the pristine ones: "
+            f"a build on it refuses them (exit {EXIT_DIFFERS})")
 
 
 def _shown(path: Path) -> Path:

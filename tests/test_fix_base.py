@@ -180,6 +180,7 @@ def test_a_base_whose_file_differs_but_the_pack_applies(bases):
     image, fix = bases["differs"]
     got = verify("--base", image)
     assert got.returncode == fix_base.EXIT_DIFFERS, got.stdout + got.stderr
+    assert "1 target file(s) are not the pristine ones: a build on it refuses them" in got.stderr
     seen = verdicts(got.stdout)
     assert seen[fix] == DIFFERS and {v for k, v in seen.items() if k != fix} == {MATCHES}, got.stdout
     out = ROOT / "build" / "fixes-verify" / fix_base.slug(image)
@@ -197,6 +198,7 @@ def test_a_base_where_a_patch_conflicts(bases):
     image, fix = bases["conflict"]
     got = verify("--base", image)
     assert got.returncode == FAILED, got.stdout + got.stderr
+    assert f"do not apply to {image}: " in got.stderr and fix in got.stderr
     seen = verdicts(got.stdout)
     assert seen[fix] == NO_APPLY, got.stdout
     below = got.stdout.split(f"{fix:36} {NO_APPLY}\n", 1)[1].splitlines()[0]
