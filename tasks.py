@@ -131,12 +131,34 @@ def fixes_list(c, profile=None):
         print(line)
 
 
-@task(help={"profile": "fix profile to verify"})
+@task(help={"profile": "fix profile to verify",
+            "base": "check the pack against this base image's own files instead (read, never run)",
+            "site": "with --base: the base's site-packages folder (default: found in the image)",
+            "dry_run": "with --base: print what it would read"})
 @edge
-def fixes_verify(c, profile="v0.26.0"):
-    """Apply the whole pack in order to pristine upstream sources and report fix by fix."""
-    from cookbook import fix_verify
+def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
+    """Apply the pack in order to pristine upstream sources, or to a base image's files (--base); report fix by fix.
 
+    With --base: exit 0 when every fix matches, 4 when some target files differ but the pack still
+    applies (a build on that base still refuses them), 1 when a fix does not apply.
+    """
+    from cookbook import fix_base, fix_verify
+    from cookbook.errors import UsageError
+
+    if site and not base:
+        raise UsageError("--site goes with --base IMAGE", hint="invoke fixes.verify --base IMAGE --site DIR")
+    if base:
+        report = fix_base.verify_base(base, profile, site, dry_run=dry_run)
+        if report is None:
+            return
+        for line in fix_base.describe(report):
+            print(line)
+        if report.code:
+            raise Exit(fix_base.failure(report), code=report.code)
+        return
+    if dry_run:
+        print(f"would apply profile {profile}'s written fixes in order to pristine copies from the upstream cache")
+        return
     bad = 0
     for outcome in fix_verify.verify(profile):
         print(f"{outcome.fix:36} {outcome.status}" + (f"\n    {outcome.detail}" if outcome.detail else ""))

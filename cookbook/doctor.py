@@ -177,8 +177,11 @@ def check_probe(r: Readings, name: str) -> Check:
 def check_image(r: Readings, loaded: LoadedRecipe) -> Check:
     i = r.image
     if not i.get("present"):
+        from .render import vault_base
+
         return Check("image", FAIL, f"{i.get('ref')} is not on this Docker engine",
-                     f"invoke build --recipe {loaded.id}, or docker pull it")
+                     f"invoke build --recipe {loaded.id}, or docker pull it; before a first build on this host, "
+                     f"check the pack against its base: invoke fixes.verify --base {vault_base(loaded).from_ref}")
     labels = i.get("labels") or {}
     if labels.get("cookbook.recipe.hash") != loaded.hash:
         return Check("image", FAIL, f"{i['ref']} was built from another version of recipe {loaded.id}",

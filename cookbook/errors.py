@@ -2,12 +2,13 @@
 
 Exit codes (the README says the same): 2 for a mistake in what the user gave (a recipe, a fix, an
 argument, a path), 3 when the Docker engine or the network failed, 1 for work that ran and failed (a
-build, the image checks).
+build, the image checks), and 4 from `fixes.verify --base` alone: the pack applies to that base, but
+its target files are not the ones the pack was recorded against (a build on it still refuses them).
 """
 
 from __future__ import annotations
 
-FAILED, USER_MISTAKE, ENGINE_OR_NETWORK = 1, 2, 3
+FAILED, USER_MISTAKE, ENGINE_OR_NETWORK, PACK_DIFFERS = 1, 2, 3, 4
 
 
 class CookbookError(Exception):

@@ -181,3 +181,11 @@ def test_a_bad_readings_file_is_one_message(tmp_path, text):
     (tmp_path / "r.json").write_text(text)
     with pytest.raises(HostError, match="is not a readings file"):
         doctor.run(LOADED, "img", readings=tmp_path / "r.json")
+
+
+def test_an_absent_image_points_to_fixes_verify_of_the_recipes_base():
+    # Before the first build on a host: whether the pack applies to the base the recipe names.
+    check = doctor.check_image(with_(image={"ref": "x", "present": False}), LOADED)
+    base = LOADED.recipe.base
+    ref = f"{base.image.rsplit(':', 1)[0]}@{base.digest}" if base.digest else base.image
+    assert f"invoke fixes.verify --base {ref}" in check.mend
