@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from . import engine, fixes, k8s_schema
-from .errors import ManifestError
+from .errors import ManifestError, UsageError, printable
 from .paths import ROOT
 from .progress import say
 from .recipes import LoadedRecipe
@@ -146,6 +146,14 @@ def check_options(opts: Options) -> None:
         raise ManifestError(f"--image {opts.image} is not pinned by digest", hint="give NAME@sha256:<64 hex>")
     if opts.replicas < 1:
         raise ManifestError("--replicas must be at least 1")
+
+
+def parse_replicas(text) -> int:
+    """`--replicas` as typed (a string; invoke would cast with a traceback): a whole number, default 1."""
+    try:
+        return 1 if text is None else int(str(text).strip())
+    except ValueError:
+        raise UsageError(f"--replicas takes a whole number, not {printable(repr(text))}") from None
 
 
 def parse_env(pairs: list[str] | None) -> tuple[tuple[str, str], ...]:

@@ -74,9 +74,9 @@ def event_object(data: str) -> dict:
     try:
         event = json.loads(data)
     except ValueError:
-        raise BadAnswer(f"an event that is not JSON: {printable(data[:80])!r}") from None
+        raise BadAnswer(f"an event that is not JSON: '{printable(data[:80])}'") from None
     if not isinstance(event, dict):
-        raise BadAnswer(f"an event that is not a JSON object: {printable(data[:80])!r}")
+        raise BadAnswer(f"an event that is not a JSON object: '{printable(data[:80])}'")
     return event
 
 
@@ -172,7 +172,7 @@ async def _body(req: _Request, reader: asyncio.StreamReader, headers: dict) -> A
             try:
                 size = int(line.split(b";")[0].strip(), 16)
             except ValueError:
-                raise BadAnswer(f"a chunk size that is not a number: {printable(line[:40].decode('latin-1'))!r}") \
+                raise BadAnswer(f"a chunk size that is not a number: '{printable(line[:40].decode('latin-1'))}'") \
                     from None
             if size < 0 or size > left:
                 raise BadAnswer(f"a chunk of {size} bytes, past the {BODY_MAX} bytes an answer may have")
@@ -396,7 +396,7 @@ class Server:
             answer = None
         if not isinstance(answer, dict):
             raise self.bad(f"{path}: an answer that is not a JSON object: "
-                           f"{printable(data[:60].decode(errors='replace'))!r}")
+                           f"'{printable(data[:60].decode(errors='replace'))}'")
         return answer
 
     def start_time(self) -> float | None:

@@ -247,3 +247,10 @@ def test_task_writes_plain_files_and_refuses_a_standin_unasked(built, tmp_path):
     docs = [yaml.safe_load((out / f).read_text()) for f in ("deployment.yaml", "service.yaml")]
     assert [d["kind"] for d in docs] == ["Deployment", "Service"]
     assert all("namespace" not in d["metadata"] for d in docs)  # kubectl -n / kustomize decide
+
+
+@pytest.mark.parametrize("text", ["abc", "1.5", ""])
+def test_replicas_that_are_not_a_number_are_one_line(text):
+    out = invoke("k8s", "--replicas", text, "--dry-run")
+    assert out.returncode == 2 and "--replicas takes a whole number" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from cookbook.errors import UsageError
-from cookbook.openai_client import Connections, ServerError, check_url, sse_events
+from cookbook.openai_client import BadAnswer, Connections, Server, ServerError, Unreachable, check_url, sse_events
 from cookbook.paths import ROOT
 
 from . import hostile_http
@@ -31,6 +31,8 @@ def test_check_url(url, expect):
 @pytest.mark.parametrize("url,words", [
     ("foo", "http(s) URL"), ("", "http(s) URL"), ("ftp://host", "http(s) URL"), ("http://", "http(s) URL"),
     ("http://host:port", "not a number"),
+    ("http://127.0.0.1:8000\r\nX-Injected: 1", "control characters"), ("http://a b", "control characters"),
+    ("http://[::1", "is not a URL"), ("http://[zz]:80", "is not a URL"),
 ])
 def test_check_url_refusals(url, words):
     with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -203,3 +205,21 @@ def test_every_request_has_a_deadline(hostile_url):
     with pytest.raises(ServerError, match="no complete answer within 1.5 s"):
         asyncio.run(run())
     assert time.monotonic() - start < 4
+
+
+@pytest.mark.parametrize("mode,kind,words", [
+    ("garbage", BadAnswer, "not a JSON object"),
+    ("models-list", BadAnswer, "not a JSON object"),
+    ("models-noid", BadAnswer, 'no "id" string'),
+    ("cut", Unreachable, "broke off"),
+])
+def test_a_garbage_model_list_is_the_servers_failure(hostile_url, mode, kind, words):
+    with pytest.raises(kind, match=words) as caught:
+        Server.connect(f"{hostile_url}/{mode}", timeout=10)
+    assert caught.value.exit_code == 3
+
+
+def test_json_answers_are_bounded_too(hostile_url):
+    """/v1/models and the other JSON requests go through the same bounded reader as the streams."""
+    with pytest.raises(BadAnswer, match="a header line longer than 65536 bytes"):
+        Server.connect(f"{hostile_url}/long-header", timeout=10)
