@@ -8,7 +8,8 @@ first part of the request's path (`http://127.0.0.1:PORT/MODE` is the URL a clie
   drip          a stream that sends a comment line every 0.2 s, forever
   garbage       /v1/models (and everything else) answers 200 with bytes that are not JSON
   models-list   /v1/models answers a JSON list; models-noid: an entry without "id"
-  not-object    /v1/models is fine, a stream's event is a JSON list; a chat answer is a JSON string
+  not-object    /v1/models is fine, a stream's event is a JSON list
+  bad-shape     /v1/models is fine, a stream's event is an object whose choices are not a list
   escapes       /v1/models names a model with terminal escape codes in its id
   cut           /v1/models says it has 1000 bytes and sends 10
 
@@ -99,6 +100,9 @@ class Handler(socketserver.BaseRequestHandler):
             while True:
                 sock.sendall(_chunk(b": ping\n"))
                 time.sleep(0.2)
+        if mode == "bad-shape":  # an object, but its choices are not a list
+            sock.sendall(_stream_head() + _chunk(b'data: {"choices": {"text": "x"}}\n\n') + _chunk(b""))
+            return
         if mode == "not-object":
             sock.sendall(_stream_head() + _chunk(b"data: [1, 2]\n\n") + _chunk(b"data: [DONE]\n\n") + _chunk(b""))
             return
