@@ -199,9 +199,9 @@ def _match(word: str, table: dict) -> tuple[str | None, str | None]:
         return name, value
     if word.startswith("--"):
         found = [(o, value if eq else None) for o in table if o.startswith(name)]
-    else:
+    else:  # Python 3.12+ also reads `-t=2` as an abbreviation with a value: so does the guard, on any Python
         found = [(o, word[2:]) for o in table if o == word[:2]]
-        found += [(o, None) for o in table if o.startswith(word) and o != word[:2]]
+        found += [(o, value if eq else None) for o in table if o.startswith(name) and o != word[:2]]
     if len(found) > 1:
         raise Unreadable(f"{word} is ambiguous (it could be {', '.join(sorted(o for o, _ in found))}); "
                          "vLLM refuses it too: write the flag out in full")

@@ -44,6 +44,7 @@ CASES = [
     ("-tp, vLLM's short name", ["-tp", "2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),
     ("-tp=2", ["-tp=2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),
     ("-t, an abbreviation of -tp", ["-t", "2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),
+    ("-t=2", ["-t=2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),
     ("--tensor_parallel_size=2", ["--tensor_parallel_size=2"], {}, "tensor-parallel-matches-hardware", "size 2"),
     ("--tensor-par=2", ["--tensor-par=2"], {}, "tensor-parallel-matches-hardware", "size 2"),
     ("3.584k batched tokens", ["--max-num-batched-tokens", "3.584k"], {}, "batched-tokens-at-256k-on-gaudi2", "3584"),
