@@ -10,7 +10,7 @@ import sys
 
 from invoke import Collection, Exit, task
 
-from cookbook.errors import USER_MISTAKE, CookbookError
+from cookbook.errors import USER_MISTAKE, CookbookError, printable
 
 DEFAULT_RECIPE = "qwen3.5-27b-fp8"
 
@@ -23,8 +23,8 @@ def edge(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except CookbookError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+        except CookbookError as exc:  # printable: it may quote a server's or a file's words
+            print("\n".join(printable(line) for line in f"error: {exc}".splitlines()), file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
         except OSError as exc:  # a path the task was given or must write that it cannot use
             where = f": {exc.filename}" if exc.filename else ""
@@ -268,13 +268,14 @@ ns.add_task(test)
 @task(iterable=["env"],
       help={"recipe": "recipe id or path", "image": "the image to run, pinned: NAME@sha256:DIGEST",
             "local": "a local tag of that image to read its labels and manifest from (default: --image)",
-            "replicas": "replicas, one Gaudi host each", "kserve": "a KServe ServingRuntime + InferenceService",
+            "replicas": "replicas, one Gaudi host each (default 1)",
+            "kserve": "a KServe ServingRuntime + InferenceService",
             "env": "a run-time env override NAME=VALUE (repeatable)",
             "hf_secret": "Secret holding HF_TOKEN (key token)",
             "cache_claim": "PersistentVolumeClaim for the Hugging Face cache", "out": "folder (default build/k8s/ID)",
             "standin": "render from a stand-in image anyway (it serves no model)", "dry_run": "print, write nothing"})
 @edge
-def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=1, kserve=False, env=None, hf_secret="hf-token",
+def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=None, kserve=False, env=None, hf_secret="hf-token",
         cache_claim="hf-model-cache", out=None, standin=False, dry_run=False):
     """Render validated Kubernetes manifests (Deployment or KServe, Service, PDB) from a recipe and its image."""
     from pathlib import Path
@@ -282,7 +283,7 @@ def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=1, kserve=Fal
     from cookbook import k8s as k
     from cookbook import recipes
 
-    opts = k.Options(image, int(replicas), kserve, k.parse_env(env), hf_secret, cache_claim)
+    opts = k.Options(image, k.parse_replicas(replicas), kserve, k.parse_env(env), hf_secret, cache_claim)
     k.run(recipes.load(recipe), opts, local, Path(out) if out else None, allow_standin=standin, dry_run=dry_run)
 
 

@@ -83,6 +83,12 @@ class PublishError(CookbookError):
     """An image that may not be published, or a registry that refused it."""
 
 
+def printable(text: str) -> str:
+    """Text from outside (a server's model id or answer) made safe for a terminal or a Markdown page:
+    control characters (escape sequences, carriage returns, newlines) shown as escapes, not obeyed."""
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in str(text))
+
+
 def where(path, line: int | None = None, key: str | None = None) -> str:
     """Format a location as `file:line (key a.b.c)` for error messages."""
     loc = str(path)
