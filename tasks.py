@@ -10,7 +10,7 @@ import sys
 
 from invoke import Collection, Exit, task
 
-from cookbook.errors import USER_MISTAKE, CookbookError
+from cookbook.errors import USER_MISTAKE, CookbookError, printable
 
 DEFAULT_RECIPE = "qwen3.5-27b-fp8"
 
@@ -23,8 +23,8 @@ def edge(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except CookbookError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+        except CookbookError as exc:  # printable: it may quote a server's or a file's words
+            print("\n".join(printable(line) for line in f"error: {exc}".splitlines()), file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
         except OSError as exc:  # a path the task was given or must write that it cannot use
             where = f": {exc.filename}" if exc.filename else ""
@@ -131,12 +131,34 @@ def fixes_list(c, profile=None):
         print(line)
 
 
-@task(help={"profile": "fix profile to verify"})
+@task(help={"profile": "fix profile to verify",
+            "base": "check the pack against this base image's own files instead (read, never run)",
+            "site": "with --base: the base's site-packages folder (default: found in the image)",
+            "dry_run": "with --base: print what it would read"})
 @edge
-def fixes_verify(c, profile="v0.26.0"):
-    """Apply the whole pack in order to pristine upstream sources and report fix by fix."""
-    from cookbook import fix_verify
+def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
+    """Apply the pack in order to pristine upstream sources, or to a base image's files (--base); report fix by fix.
 
+    With --base: exit 0 when every fix matches, 4 when some target files differ but the pack still
+    applies (a build on that base still refuses them), 1 when a fix does not apply.
+    """
+    from cookbook import fix_base, fix_verify
+    from cookbook.errors import UsageError
+
+    if site and not base:
+        raise UsageError("--site goes with --base IMAGE", hint="invoke fixes.verify --base IMAGE --site DIR")
+    if base:
+        report = fix_base.verify_base(base, profile, site, dry_run=dry_run)
+        if report is None:
+            return
+        for line in fix_base.describe(report):
+            print(line)
+        if report.code:
+            raise Exit(fix_base.failure(report), code=report.code)
+        return
+    if dry_run:
+        print(f"would apply profile {profile}'s written fixes in order to pristine copies from the upstream cache")
+        return
     bad = 0
     for outcome in fix_verify.verify(profile):
         print(f"{outcome.fix:36} {outcome.status}" + (f"\n    {outcome.detail}" if outcome.detail else ""))
@@ -246,13 +268,14 @@ ns.add_task(test)
 @task(iterable=["env"],
       help={"recipe": "recipe id or path", "image": "the image to run, pinned: NAME@sha256:DIGEST",
             "local": "a local tag of that image to read its labels and manifest from (default: --image)",
-            "replicas": "replicas, one Gaudi host each", "kserve": "a KServe ServingRuntime + InferenceService",
+            "replicas": "replicas, one Gaudi host each (default 1)",
+            "kserve": "a KServe ServingRuntime + InferenceService",
             "env": "a run-time env override NAME=VALUE (repeatable)",
             "hf_secret": "Secret holding HF_TOKEN (key token)",
             "cache_claim": "PersistentVolumeClaim for the Hugging Face cache", "out": "folder (default build/k8s/ID)",
             "standin": "render from a stand-in image anyway (it serves no model)", "dry_run": "print, write nothing"})
 @edge
-def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=1, kserve=False, env=None, hf_secret="hf-token",
+def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=None, kserve=False, env=None, hf_secret="hf-token",
         cache_claim="hf-model-cache", out=None, standin=False, dry_run=False):
     """Render validated Kubernetes manifests (Deployment or KServe, Service, PDB) from a recipe and its image."""
     from pathlib import Path
@@ -260,7 +283,7 @@ def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=1, kserve=Fal
     from cookbook import k8s as k
     from cookbook import recipes
 
-    opts = k.Options(image, int(replicas), kserve, k.parse_env(env), hf_secret, cache_claim)
+    opts = k.Options(image, k.parse_replicas(replicas), kserve, k.parse_env(env), hf_secret, cache_claim)
     k.run(recipes.load(recipe), opts, local, Path(out) if out else None, allow_standin=standin, dry_run=dry_run)
 
 

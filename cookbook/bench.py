@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .errors import CheckFailure, UsageError
-from .openai_client import Connections, Server, ServerError, check_url
+from .errors import CheckFailure, UsageError, printable
+from .openai_client import BadAnswer, Connections, Server, ServerError, check_url
 from .progress import say
 from .recipes import LoadedRecipe
 from .schema import Scenario
@@ -137,7 +137,13 @@ async def timed(conns: Connections, path: str, body: dict) -> Timing:
     timing = Timing(start=time.perf_counter())
     try:
         async for now, event in conns.events(path, body):
-            take(timing, event, now)
+            try:
+                take(timing, event, now)
+            except (KeyError, IndexError, TypeError, AttributeError) as exc:
+                raise BadAnswer(f"{path}: {conns.url} sent an event not shaped as the OpenAI API says "
+                                f"({type(exc).__name__}: {printable(str(exc))[:80]})") from None
+    except BadAnswer:
+        raise  # not a slow or failed request but a server that does not speak the API: exit 3
     except ServerError as exc:
         timing.error = str(exc)
     return finish(timing)

@@ -90,6 +90,14 @@ def ensure_base(base: Base) -> None:
         )
 
 
+def verify_hint(tail: list[str], base_ref: str) -> str | None:
+    """When apply_all.py refused the base's files (a target not the pristine file, or missing), name the
+    command that shows, fix by fix and with diffs, how the base differs from what the pack was made on."""
+    refused = any("apply_all: " in line and ("the pristine release file has" in line or " is missing: " in line)
+                  for line in tail)
+    return f"check the pack against the base: invoke fixes.verify --base {base_ref}" if refused else None
+
+
 def build(context: Path, tags: list[str], base: Base, labels: dict[str, str] | None = None) -> Built:
     c = engine.client()
     with tempfile.TemporaryDirectory(prefix="cookbook-build.") as tmp:
@@ -98,7 +106,8 @@ def build(context: Path, tags: list[str], base: Base, labels: dict[str, str] | N
             f"({'BuildKit' if c.buildkit else 'legacy builder'})")
         code, tail = engine.stream(*build_command(context, str(iidfile), c.buildkit, labels))
         if code != 0 or not iidfile.is_file():
-            raise BuildError("docker build failed; no tag was set:\n    " + "\n    ".join(tail))
+            raise BuildError("docker build failed; no tag was set:\n    " + "\n    ".join(tail),
+                             hint=verify_hint(tail, base.from_ref))
         image_id = iidfile.read_text().strip()
     for tag in tags:
         engine.docker("tag", image_id, tag)

@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import HostError
+from .errors import CheckFailure, HostError, UsageError
 from .recipes import LoadedRecipe
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -177,8 +177,11 @@ def check_probe(r: Readings, name: str) -> Check:
 def check_image(r: Readings, loaded: LoadedRecipe) -> Check:
     i = r.image
     if not i.get("present"):
+        from .render import vault_base
+
         return Check("image", FAIL, f"{i.get('ref')} is not on this Docker engine",
-                     f"invoke build --recipe {loaded.id}, or docker pull it")
+                     f"invoke build --recipe {loaded.id}, or docker pull it; before a first build on this host, "
+                     f"check the pack against its base: invoke fixes.verify --base {vault_base(loaded).from_ref}")
     labels = i.get("labels") or {}
     if labels.get("cookbook.recipe.hash") != loaded.hash:
         return Check("image", FAIL, f"{i['ref']} was built from another version of recipe {loaded.id}",
@@ -189,6 +192,8 @@ def check_image(r: Readings, loaded: LoadedRecipe) -> Check:
     ev = i.get("evidence")
     if not ev:
         return Check("image", FAIL, f"{i['ref']} has no image-check evidence", f"invoke test --recipe {loaded.id}")
+    if ev.get("unreadable"):
+        return Check("image", FAIL, ev["unreadable"], f"invoke test --recipe {loaded.id}")
     if ev.get("image_id") != i.get("id") or not ev.get("passed"):
         why = "is for another image" if ev.get("image_id") != i.get("id") else "says the checks failed"
         return Check("image", FAIL, f"the evidence of {i['ref']} {why}", f"invoke test --recipe {loaded.id}")
@@ -276,9 +281,13 @@ def _image(ref: str) -> dict:
     except Exception:  # EngineError: absent, or no daemon
         return {"ref": ref, "present": False}
     path = imagecheck.evidence_path(info["Id"])
-    evidence = json.loads(path.read_text()) if path.is_file() else None
+    try:
+        evidence = imagecheck.read_evidence(path) if path.is_file() else None
+    except CheckFailure as exc:  # a truncated or hand-broken file: said by the image check, not a traceback
+        evidence = {"unreadable": exc.what}
     return {"ref": ref, "present": True, "id": info["Id"], "labels": info["Config"].get("Labels") or {},
-            "evidence": evidence and {k: evidence.get(k) for k in ("image_id", "passed", "started", "recipe_hash")}}
+            "evidence": evidence and {k: evidence.get(k)
+                                      for k in ("image_id", "passed", "started", "recipe_hash", "unreadable")}}
 
 
 def read(loaded: LoadedRecipe, image: str) -> Readings:
@@ -291,11 +300,38 @@ def read(loaded: LoadedRecipe, image: str) -> Readings:
                     image=_image(image))
 
 
+def shape_problem(r: Readings) -> str | None:
+    """What in saved readings is not shaped as `read()` writes them (the checks index them so), or None."""
+    def whole(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    hl, info, image = r.hl_smi, r.docker_info, r.image
+    if hl is not None and not (isinstance(hl, dict) and whole(hl.get("rc")) and isinstance(hl.get("out"), str)):
+        return 'hl_smi must be null or {"rc": a whole number, "out": text}'
+    if info is not None and not (isinstance(info, dict) and isinstance(info.get("Runtimes") or {}, dict)
+                                 and all(isinstance(v, dict) for v in (info.get("Runtimes") or {}).values())):
+        return "docker_info must be null or an object whose Runtimes maps names to objects"
+    for part in ("hf_cache", "port", "image"):
+        if not isinstance(getattr(r, part), dict):
+            return f"{part} must be an object"
+    if image.get("present") and not (isinstance(image.get("ref"), str) and isinstance(image.get("id"), str)
+                                     and isinstance(image.get("labels") or {}, dict)
+                                     and isinstance(image.get("evidence") or {}, dict)):
+        return "image must name its ref and id as text, its labels and evidence as objects"
+    return None
+
+
 def load_readings(path: Path) -> Readings:
+    """Saved readings, or one line saying why the file is not such (a file the user gave: exit 2)."""
     try:
-        return Readings.from_json(path.read_text())
+        r = Readings.from_json(path.read_text())
     except (OSError, ValueError, TypeError) as exc:
-        raise HostError(f"{path} is not a readings file of `invoke doctor --record`: {exc}") from None
+        problem = str(exc)
+    else:
+        problem = shape_problem(r)
+        if problem is None:
+            return r
+    raise UsageError(f"{path} is not a readings file of `invoke doctor --record`: {problem}")
 
 
 def table(checks: list[Check]) -> str:

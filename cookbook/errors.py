@@ -2,12 +2,13 @@
 
 Exit codes (the README says the same): 2 for a mistake in what the user gave (a recipe, a fix, an
 argument, a path), 3 when the Docker engine or the network failed, 1 for work that ran and failed (a
-build, the image checks).
+build, the image checks), and 4 from `fixes.verify --base` alone: the pack applies to that base, but
+its target files are not the ones the pack was recorded against (a build on it still refuses them).
 """
 
 from __future__ import annotations
 
-FAILED, USER_MISTAKE, ENGINE_OR_NETWORK = 1, 2, 3
+FAILED, USER_MISTAKE, ENGINE_OR_NETWORK, PACK_DIFFERS = 1, 2, 3, 4
 
 
 class CookbookError(Exception):
@@ -80,6 +81,12 @@ class HostError(CookbookError):
 
 class PublishError(CookbookError):
     """An image that may not be published, or a registry that refused it."""
+
+
+def printable(text: str) -> str:
+    """Text from outside (a server's model id or answer) made safe for a terminal or a Markdown page:
+    control characters (escape sequences, carriage returns, newlines) shown as escapes, not obeyed."""
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in str(text))
 
 
 def where(path, line: int | None = None, key: str | None = None) -> str:

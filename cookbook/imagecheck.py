@@ -151,12 +151,25 @@ def sweep(run_id: str) -> list[str]:
     return left
 
 
+def read_evidence(path: Path) -> dict:
+    """An evidence file's JSON object; a truncated or foreign file is a failure to say, not a traceback."""
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckFailure(f"the image-check evidence {path} does not read ({exc})",
+                           hint="run the image checks again: invoke test --image ...") from None
+    if not isinstance(report, dict):
+        raise CheckFailure(f"the image-check evidence {path} is not a JSON object",
+                           hint="run the image checks again: invoke test --image ...")
+    return report
+
+
 def require_passed(image_id: str) -> dict:
     """For later steps (smoke, publish): the image's passing check result, or a clear refusal."""
     path = evidence_path(image_id)
     if not path.is_file():
         raise CheckFailure(f"image {image_id[:19]} has no image-check result", hint="run: invoke test --image ...")
-    report = json.loads(path.read_text())
+    report = read_evidence(path)
     if not report.get("passed"):
         raise CheckFailure(f"image {image_id[:19]} failed its image checks ({path})")
     return report

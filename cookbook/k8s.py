@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from . import engine, fixes, k8s_schema, outdir
-from .errors import ManifestError
+from .errors import ManifestError, UsageError, printable
 from .paths import ROOT
 from .progress import say
 from .recipes import LoadedRecipe
@@ -183,6 +183,14 @@ def check_options(opts: Options) -> None:
         if name == "HF_TOKEN" or SECRET_NAME.search(name):
             raise ManifestError(f"--env {name}=...: a credential is never written into a manifest as a value",
                                 hint=f"HF_TOKEN comes from the Secret --hf-secret names; put {name} in a Secret")
+
+
+def parse_replicas(text) -> int:
+    """`--replicas` as typed (a string; invoke would cast with a traceback): a whole number, default 1."""
+    try:
+        return 1 if text is None else int(str(text).strip())
+    except ValueError:
+        raise UsageError(f"--replicas takes a whole number, not {printable(repr(text))}") from None
 
 
 def parse_env(pairs: list[str] | None) -> tuple[tuple[str, str], ...]:

@@ -333,3 +333,28 @@ def test_smoke_on_the_recipe_image(cpu_recipe_image, tiny_model, tmp_path):
     assert target["hardware"] == "cpu" and len(target["content_hash"]) == 64  # for the recipe page
     assert "Application startup complete" in (tmp_path / "server.log").read_text()
     assert not container_exists(name)
+
+
+@pytest.mark.parametrize("mode,words", [("not-object", "not a JSON object"), ("bad-shape", "not shaped as")])
+def test_a_server_that_does_not_speak_the_api_stops_the_bench(mode, words):
+    """A real hostile server (tests/hostile_http.py): garbage is the server's failure (exit 3), not a slow
+    request to average over, and not a traceback."""
+    import asyncio
+
+    from cookbook.openai_client import BadAnswer, Connections
+
+    from . import hostile_http
+
+    server, url = hostile_http.start()
+
+    async def one():
+        async with Connections(f"{url}/{mode}", timeout=10) as conns:
+            return await bench.timed(conns, "/v1/completions", {"prompt": "x"})
+
+    try:
+        with pytest.raises(BadAnswer, match=words) as caught:
+            asyncio.run(one())
+        assert caught.value.exit_code == 3
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -176,3 +176,28 @@ def test_allow_unwritten_fixes_marks_the_image(vault_recipe, made_images, capfd,
     assert manifest["base"]["id"] == base_id and manifest["allow_unwritten_fixes"] is True
     err = capfd.readouterr().err
     assert "warning:" in err and "base.digest" in err and base_id in err
+
+
+def test_a_base_with_other_target_files_fails_the_build_naming_fixes_verify(made_images, upstream_cache,
+                                                                            tmp_path):
+    # A "real" base whose copy of a target file is not the pristine release file: apply_all.py refuses it
+    # inside `docker build`, and the error names the command that shows how the base differs.
+    steps.ensure_standin(recipes.load(RID))
+    spec = fixes.load_fix("prompt-order")
+    target = spec.targets[0]
+    path = next(iter(target.files))
+    pristine = (upstream_cache[0 if target.package == "vllm_gaudi" else 1] / target.package / path).read_text()
+    (tmp_path / "changed.py").write_text("# the base's own line\n" + pristine)
+    (tmp_path / "Dockerfile").write_text(f"FROM {standin.base_image('v0.26.0')}\n"
+                                         f"COPY changed.py {standin.SITE_PACKAGES}/{target.package}/{path}\n")
+    image = f"{TEST_REPO}/other-files-base:v1"
+    engine.docker("build", "-q", "-t", image, str(tmp_path))
+    made_images.append(image)
+    data = variant({"base.image": image, "base.digest": None, "base.python": standin.PYTHON,
+                    "base.site_packages": standin.SITE_PACKAGES})
+    recipe = tmp_path / "recipes" / "Test" / "Other-Files" / "recipe.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(BuildError) as err:
+        steps.build_recipe(str(recipe), repo=TEST_REPO)
+    assert err.value.hint == f"check the pack against the base: invoke fixes.verify --base {image}", str(err.value)

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from cookbook import doctor, recipes
-from cookbook.errors import HostError
+from cookbook import doctor, imagecheck, recipes
+from cookbook.errors import CheckFailure, HostError, UsageError
 from cookbook.paths import ROOT
 
 DATA = ROOT / "tests" / "data" / "doctor"
@@ -176,8 +176,46 @@ def test_run_refuses_saved_readings_without_gaudi(tmp_path):
         doctor.run(LOADED, "img", readings=tmp_path / "r.json")
 
 
-@pytest.mark.parametrize("text", ["not json", '{"hl_smi": null, "colour": 1}'])
-def test_a_bad_readings_file_is_one_message(tmp_path, text):
+BAD_FILES = [
+    ("not json", "not json"), ("an unknown part", '{"hl_smi": null, "colour": 1}'), ("a list", "[1, 2]"),
+    ("truncated", good().to_json()[:200]),
+    ("hl_smi as text", '{"hl_smi": "yes"}'), ("hl_smi without out", '{"hl_smi": {"rc": 0}}'),
+    ("rc as text", '{"hl_smi": {"rc": "0", "out": ""}}'),
+    ("runtimes as a list", json.dumps({**json.loads(good().to_json()), "docker_info": {"Runtimes": ["habana"]}})),
+    ("a runtime as text", json.dumps({**json.loads(good().to_json()), "docker_info": {"Runtimes": {"habana": "x"}}})),
+    ("port as a list", json.dumps({**json.loads(good().to_json()), "port": [8000]})),
+    ("image without id", json.dumps({**json.loads(good().to_json()), "image": {"present": True, "ref": "x"}})),
+    ("evidence as text", json.dumps({**json.loads(good().to_json()),
+                                     "image": {**good().image, "evidence": "passed"}})),
+]
+
+
+@pytest.mark.parametrize("why,text", BAD_FILES, ids=[b[0] for b in BAD_FILES])
+def test_a_bad_readings_file_is_one_message(tmp_path, why, text):
+    """A readings file the user gave that is not shaped as `--record` writes it: one line, exit 2."""
     (tmp_path / "r.json").write_text(text)
-    with pytest.raises(HostError, match="is not a readings file"):
+    with pytest.raises(UsageError, match="is not a readings file"):
         doctor.run(LOADED, "img", readings=tmp_path / "r.json")
+    out = invoke("doctor", "--readings", str(tmp_path / "r.json"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_truncated_evidence_file_is_a_failed_check(tmp_path, monkeypatch):
+    """The image's evidence file cut short (a full disk, a killed run): the image check fails, saying so."""
+    monkeypatch.setenv("COOKBOOK_CACHE", str(tmp_path))
+    path = imagecheck.evidence_path(IMAGE_ID)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"passed": true, "image_id": "sha')
+    with pytest.raises(CheckFailure, match="does not read"):
+        imagecheck.require_passed(IMAGE_ID)
+    r = with_(image={**good().image, "evidence": {"unreadable": "the image-check evidence X does not read"}})
+    checks = {c.name: c for c in doctor.judge(r, LOADED)}
+    assert checks["image"].status == doctor.FAIL and "does not read" in checks["image"].detail
+
+
+def test_an_absent_image_points_to_fixes_verify_of_the_recipes_base():
+    # Before the first build on a host: whether the pack applies to the base the recipe names.
+    check = doctor.check_image(with_(image={"ref": "x", "present": False}), LOADED)
+    base = LOADED.recipe.base
+    ref = f"{base.image.rsplit(':', 1)[0]}@{base.digest}" if base.digest else base.image
+    assert f"invoke fixes.verify --base {ref}" in check.mend

@@ -321,3 +321,10 @@ def test_local_must_be_the_pushed_image_it_pins(built, tmp_path):
             for ref in engine.inspect(built.image_id).get("RepoDigests") or []:
                 if ref.startswith(server.host + "/"):
                     engine.docker("rmi", ref, check=False)
+
+
+@pytest.mark.parametrize("text", ["abc", "1.5", ""])
+def test_replicas_that_are_not_a_number_are_one_line(text):
+    out = invoke("k8s", "--replicas", text, "--dry-run")
+    assert out.returncode == 2 and "--replicas takes a whole number" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1

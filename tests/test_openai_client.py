@@ -4,13 +4,19 @@ over kept-alive connections against a real local HTTP/1.1 server (its sockets co
 import asyncio
 import json
 import re
+import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from cookbook.errors import UsageError
-from cookbook.openai_client import Connections, ServerError, check_url, sse_events
+from cookbook.openai_client import BadAnswer, Connections, Server, ServerError, Unreachable, check_url, sse_events
+from cookbook.paths import ROOT
+
+from . import hostile_http
 
 
 @pytest.mark.parametrize("url,expect", [
@@ -25,6 +31,8 @@ def test_check_url(url, expect):
 @pytest.mark.parametrize("url,words", [
     ("foo", "http(s) URL"), ("", "http(s) URL"), ("ftp://host", "http(s) URL"), ("http://", "http(s) URL"),
     ("http://host:port", "not a number"),
+    ("http://127.0.0.1:8000\r\nX-Injected: 1", "control characters"), ("http://a b", "control characters"),
+    ("http://[::1", "is not a URL"), ("http://[zz]:80", "is not a URL"),
 ])
 def test_check_url_refusals(url, words):
     with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -134,3 +142,84 @@ def test_failures_are_server_errors(local_server, mode, words):
     (failed,) = post_all(url, [{"n": 2, "mode": mode}])
     assert isinstance(failed, ServerError)
     assert re.search(words, str(failed)), failed
+
+
+# --- A hostile server (tests/hostile_http.py, a real one on 127.0.0.1): every answer is bounded ---
+
+MEASURE = """
+import asyncio, json, resource, sys, time
+from cookbook.openai_client import Connections, ServerError
+
+async def run(url):
+    async with Connections(url, timeout=20) as conns:
+        async for _ in conns.events("/v1/completions", {"stream": True}):
+            pass
+
+start = time.monotonic()
+try:
+    asyncio.run(run(sys.argv[1]))
+    error = None
+except ServerError as exc:
+    error = str(exc)
+print(json.dumps({"error": error, "seconds": time.monotonic() - start,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile_url():
+    server, url = hostile_http.start()
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("mode,words", [
+    ("huge-chunk", "a chunk of 1099511627776 bytes, past the 268435456 bytes"),
+    ("long-line", "a line of the event stream longer than 16777216 bytes"),
+    ("long-header", "a header line longer than 65536 bytes"),
+    ("many-headers", "more than 100 header lines"),
+    ("not-object", "an event that is not a JSON object"),
+])
+def test_a_hostile_stream_fails_fast_in_bounded_memory(hostile_url, mode, words):
+    """Measured in a process of its own (peak RSS): before the bounds, the 1 TiB chunk took 817 MB before
+    the server's 1 GiB cap ended it and the 64 MiB line 41 s; now each fails in well under a second."""
+    out = subprocess.run([sys.executable, "-c", MEASURE, f"{hostile_url}/{mode}"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["error"] and words in got["error"], got
+    assert got["seconds"] < 5 and got["peak_rss_mb"] < 120, got
+
+
+def test_every_request_has_a_deadline(hostile_url):
+    """A server that sends a comment line every 0.2 s never trips the read timeout; the deadline ends it."""
+    async def run():
+        async with Connections(f"{hostile_url}/drip", timeout=5, deadline=1.5) as conns:
+            async for _ in conns.events("/v1/completions", {}):
+                pass
+
+    start = time.monotonic()
+    with pytest.raises(ServerError, match="no complete answer within 1.5 s"):
+        asyncio.run(run())
+    assert time.monotonic() - start < 4
+
+
+@pytest.mark.parametrize("mode,kind,words", [
+    ("garbage", BadAnswer, "not a JSON object"),
+    ("models-list", BadAnswer, "not a JSON object"),
+    ("models-noid", BadAnswer, 'no "id" string'),
+    ("cut", Unreachable, "broke off"),
+])
+def test_a_garbage_model_list_is_the_servers_failure(hostile_url, mode, kind, words):
+    with pytest.raises(kind, match=words) as caught:
+        Server.connect(f"{hostile_url}/{mode}", timeout=10)
+    assert caught.value.exit_code == 3
+
+
+def test_json_answers_are_bounded_too(hostile_url):
+    """/v1/models and the other JSON requests go through the same bounded reader as the streams."""
+    with pytest.raises(BadAnswer, match="a header line longer than 65536 bytes"):
+        Server.connect(f"{hostile_url}/long-header", timeout=10)

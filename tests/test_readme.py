@@ -44,4 +44,5 @@ def test_exit_codes_are_documented():
     assert "work ran and failed" in table[str(errors.FAILED)]
     assert "mistake" in table[str(errors.USER_MISTAKE)]
     assert "Docker engine or the network" in table[str(errors.ENGINE_OR_NETWORK)]
+    assert "fixes.verify --base" in table[str(errors.PACK_DIFFERS)]
     assert "COOKBOOK_ALLOW_UNSAFE=1" in README

@@ -2,11 +2,13 @@
 the recipe and runs the rules of `invoke validate` on them, with the same code (cookbook/runtime.py),
 before anything starts. Then the image's PID 1: signals passed on, children reaped."""
 
+import ast
 import json
 import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +40,19 @@ CASES = [
     ("buckets below max-num-seqs", [], {"VLLM_DECODE_BS_BUCKET_MAX": "16"}, "buckets-cover-serve", "below"),
     ("context past native", ["--max-model-len", "524288"], {}, "context-within-native", "native context"),
     ("the last flag wins", ["--max-num-batched-tokens", "3584", "--max-num-batched-tokens", "1792"], {}, None, None),
+    # vLLM 0.26.0's other spellings of the same flags (issue 21, item 7)
+    ("-tp, vLLM's short name", ["-tp", "2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),
+    ("-tp=2", ["-tp=2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),
+    ("-t, an abbreviation of -tp", ["-t", "2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),
+    ("-t=2", ["-t=2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),
+    ("--tensor_parallel_size=2", ["--tensor_parallel_size=2"], {}, "tensor-parallel-matches-hardware", "size 2"),
+    ("--tensor-par=2", ["--tensor-par=2"], {}, "tensor-parallel-matches-hardware", "size 2"),
+    ("3.584k batched tokens", ["--max-num-batched-tokens", "3.584k"], {}, "batched-tokens-at-256k-on-gaudi2", "3584"),
+    ("dotted, underscored", ["--limit_mm_per_prompt.image", "17"], {}, "image-limit-fits-context", "17 images"),
+    ("dotted, abbreviated", ["--limit-mm.image=17"], {}, "image-limit-fits-context", "17 images"),
+    ("a dotted value goes last", ["--limit-mm-per-prompt.image", "17", "--limit-mm-per-prompt", '{"image": 1}'], {},
+     "image-limit-fits-context", "17 images"),
+    ("-O3 is not a flag of ours", ["-O3", "--max-num-seqs", "16"], {}, None, None),
 ]
 
 
@@ -74,6 +89,107 @@ def test_runtime_rules(data, case, args, env, rule, words):
 def test_bad_values_are_named(data, args, words):
     errors, _, _ = runtime.check(data, command(args), SAFE_ENV)
     assert any(words in e.message for e in errors), errors
+
+
+FLAGS = render.serve_flags()
+
+
+def yaml_file(tmp_path, text, name="vllm.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# (case, words after `vllm serve MODEL` with {cfg} for a config file holding `config`, serve values read)
+READ = [
+    ("-q with its value attached", ["-qfp8"], None, {"quantization": "fp8"}),
+    ("-q=", ["-q=fp8"], None, {"quantization": "fp8"}),
+    ("--no- of a bool flag", ["--enable-prefix-caching", "--no-enable-prefix"], None, {"enable_prefix_caching": False}),
+    ("a config file's values", ["--config", "{cfg}"], "tensor-parallel-size: 2\nmax_num_seqs: 8\n"
+     "enable-prefix-caching: true\nlimit-mm-per-prompt: {image: 17}\n",
+     {"tensor_parallel_size": 2, "max_num_seqs": 8, "enable_prefix_caching": True,
+      "limit_mm_per_prompt": {"image": 17}}),
+    ("the command wins over the config", ["--config", "{cfg}", "-tp", "1"], "tensor-parallel-size: 2\n",
+     {"tensor_parallel_size": 1}),
+    ("flags before --config win too", ["-tp", "1", "--config", "{cfg}"], "tensor-parallel-size: 2\n",
+     {"tensor_parallel_size": 1}),
+    ("false in a config adds nothing", ["--config", "{cfg}"], "enable-prefix-caching: false\n", {}),
+    ("a value after -- is not read", ["--", "-tp", "2"], None, {}),
+]
+
+
+@pytest.mark.parametrize("case,words,config,serve", READ, ids=[c[0] for c in READ])
+def test_arguments_read_as_vllm_reads_them(tmp_path, case, words, config, serve):
+    cfg = yaml_file(tmp_path, config) if config else ""
+    got, errors, _ = runtime.parse_serve([w.replace("{cfg}", cfg) for w in words], {}, FLAGS)
+    assert errors == [] and got == serve
+
+
+# (case, words, config file text or None, words of the refusal)
+UNREADABLE = [
+    ("a config that is not there", ["--config", "/nonexistent/vllm.yaml"], None, "cannot read it"),
+    ("a config that is not YAML", ["--config", "{cfg}"], "a: [1,\n", "not YAML"),
+    ("a config that is not a mapping", ["--config", "{cfg}"], "- 1\n", "mapping"),
+    ("an empty config", ["--config", "{cfg}"], "", "mapping"),
+    ("two configs", ["--config", "{cfg}", "--config", "{cfg}"], "a: 1\n", "more than once"),
+    ("--config=FILE", ["--config={cfg}"], "a: 1\n", "write the config file as --config FILE"),
+    ("--conf FILE", ["--conf", "{cfg}"], "a: 1\n", "write the config file as --config FILE"),
+    ("--config at the end", ["--config"], None, "needs a file"),
+    ("an ambiguous abbreviation", ["--max-num", "3584"], None, "ambiguous"),
+    ("a dotted word without a value", ["--limit-mm-per-prompt.image"], None, "needs a value"),
+]
+
+
+@pytest.mark.parametrize("case,words,config,words_said", UNREADABLE, ids=[c[0] for c in UNREADABLE])
+def test_what_the_guard_cannot_read_is_refused(tmp_path, case, words, config, words_said):
+    cfg = yaml_file(tmp_path, config) if config is not None else ""
+    _, errors, _ = runtime.parse_serve([w.replace("{cfg}", cfg) for w in words], {}, FLAGS)
+    assert errors and words_said in errors[0].message, errors
+
+
+def test_a_config_that_is_not_yaml_by_name_is_refused(tmp_path):
+    _, errors, _ = runtime.parse_serve(["--config", yaml_file(tmp_path, "a: 1\n", "vllm.json")], {}, FLAGS)
+    assert "only a .yaml or .yml file" in errors[0].message
+
+
+UPSTREAM = Path.home() / ".cache" / "gaudi-cookbook" / "upstream" / "vllm" / "0.26.0" / "vllm"
+
+
+def upstream_options() -> list[tuple[str, ...]]:
+    """The option strings of each `add_argument` call of vLLM 0.26.0's serve parser, read from its source
+    (the frontend's dataclass fields become `--field-name`), or a loud skip when the cache is empty."""
+    files = [UPSTREAM / "engine" / "arg_utils.py", UPSTREAM / "entrypoints" / "openai" / "cli_args.py"]
+    if not all(f.is_file() for f in files):
+        pytest.skip(f"vLLM 0.26.0's source is not in {UPSTREAM} (setup fills it)")
+    groups = []
+    for f in files:
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                names = tuple(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+                if names:
+                    groups.append(names)
+            if isinstance(node, ast.ClassDef) and node.name.endswith("FrontendArgs"):
+                groups += [("--" + s.target.id.replace("_", "-"),) for s in node.body
+                           if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+    return groups
+
+
+def test_aliases_are_vllms():
+    """Every short name vLLM gives a flag the rules read is in runtime.ALIASES, and nothing else is."""
+    groups = upstream_options()
+    ours = set(FLAGS) | {"--port"}
+    want = {short: long for g in groups for long in g if long in ours for short in g if not short.startswith("--")}
+    assert want == {a: f for a, f in runtime.ALIASES.items() if f in ours}
+    assert {"-tp", "-q"} <= set(want)
+
+
+def test_no_other_flag_is_a_prefix_of_ours():
+    """The guard resolves abbreviations among the flags it reads: exact only while no other vLLM flag
+    is itself a prefix of one of them (argparse takes an exact name before any abbreviation)."""
+    ours = set(runtime._option_table(FLAGS))
+    others = {o for g in upstream_options() for o in g} - ours
+    assert not [(o, f) for o in others for f in ours if f.startswith(o)]
 
 
 def test_the_port_is_read_from_the_command(data):
@@ -226,3 +342,13 @@ def test_docker_stop_ends_the_container_within_the_grace_period(hostile_image):
         assert state["ExitCode"] == 128 + 15 and elapsed < 10, (state, elapsed)
     finally:
         engine.docker("rm", "-f", cid, check=False)
+
+
+@pytest.mark.parametrize("args,said", [
+    (["-tp", "2"], "refused by rule tensor-parallel-matches-hardware (--tensor-parallel-size)"),
+    (["--config", "/nonexistent/vllm.yaml"], "refused: --config /nonexistent/vllm.yaml: cannot read it"),
+])
+def test_entrypoint_reads_short_names_and_config_files(context, args, said):
+    out = entrypoint(context, "--cookbook-dry-run", *args)
+    assert out.returncode == 2 and said in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr

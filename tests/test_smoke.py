@@ -171,3 +171,61 @@ def test_task_says_when_no_server_answers(tmp_path):
     done = invoke_smoke("--url", f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path))
     assert done.returncode == 3, done.stderr
     assert "no OpenAI-compatible server at" in done.stderr and "Traceback" not in done.stderr
+
+
+# --- A hostile server (tests/hostile_http.py, real, on 127.0.0.1): its failure, said in one line ---
+
+@pytest.fixture(scope="module")
+def hostile_url():
+    from . import hostile_http
+
+    server, url = hostile_http.start()
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def smoke_into(*args, out):
+    import subprocess
+    import sys
+
+    from cookbook.paths import ROOT
+
+    return subprocess.run([sys.executable, "-m", "invoke", "smoke", *args, "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("url,code,words", [
+    ("{hostile}/garbage", 3, "not a JSON object"),
+    ("{hostile}/models-noid", 3, 'no "id" string'),
+    ("http://127.0.0.1:8000\r\nX: 1", 2, "control characters"),
+    ("http://[::1", 2, "is not a URL"),
+])
+def test_a_broken_server_or_url_is_one_line(hostile_url, tmp_path, url, code, words):
+    out = smoke_into("--url", url.replace("{hostile}", hostile_url), out=tmp_path)
+    assert out.returncode == code and words in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_garbage_mid_run_is_the_servers_failure_and_what_ran_is_kept(hostile_url, tmp_path):
+    """Events that are not objects and answers that are not JSON: failed rows, smoke.json written, exit 3
+    (not a recipe error pointing at a recipe line)."""
+    out = smoke_into("--url", f"{hostile_url}/not-object", "--only", "tool-call-streamed", out=tmp_path)
+    assert out.returncode == 3, out.stderr
+    assert "Traceback" not in out.stderr and "recipe.yaml" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "answered what the OpenAI API does not say" in last
+    result = json.loads((tmp_path / "smoke.json").read_text())
+    assert [r["status"] for r in result["results"]] == ["failed"] and result["passed"] is False
+
+
+def test_a_model_id_with_escape_codes_is_shown_escaped(hostile_url, tmp_path):
+    from .hostile_http import ESCAPED_ID
+
+    out = smoke_into("--url", f"{hostile_url}/escapes", "--only", "health", out=tmp_path)
+    shown = out.stdout + out.stderr + (tmp_path / "smoke.md").read_text()
+    assert "\x1b" not in shown and "\x07" not in shown and "\r" not in shown, shown
+    assert r"tiny\x1b[2J" in (tmp_path / "smoke.md").read_text()
+    assert json.loads((tmp_path / "smoke.json").read_text())["model"] == ESCAPED_ID  # kept exact, as JSON

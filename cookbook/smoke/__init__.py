@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..errors import UsageError
-from ..openai_client import Server, ServerError, check_url
+from ..errors import UsageError, printable
+from ..openai_client import BadAnswer, Server, ServerError, check_url
 from . import answers, bias, health, images, logprobs, needle, prefix, sizing, structured, tools  # noqa: F401
 from .core import CHECKS, Context, Outcome
 
@@ -93,7 +93,11 @@ def _verified(loaded):
 def run(loaded, url: str, *, scale: float = 1.0, out_dir: Path, only=(), progress: Progress | None = None,
         target: dict | None = None) -> Result:
     """Run the recipe's checks against the server at `url`; write smoke.json and smoke.md to out_dir."""
-    say = progress or (lambda _m: None)
+    shown = progress or (lambda _m: None)
+
+    def say(message: str) -> None:  # a server's words (its model id, its answers) are shown, never obeyed
+        shown(printable(message))
+
     if scale <= 0:
         raise UsageError(f"--scale must be positive, not {scale}")
     checks = select(_verified(loaded).checks, only)
@@ -107,35 +111,50 @@ def run(loaded, url: str, *, scale: float = 1.0, out_dir: Path, only=(), progres
                     server.model, server.max_model_len, scale, ctx.factor, ctx.block,
                     datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
     start = time.monotonic()
-    for i, c in enumerate(checks, 1):
-        say(f"[{i}/{len(checks)}] {c.name} ...")
-        t0 = time.monotonic()
-        try:
-            outcome = CHECKS[c.check](ctx, dict(c.params))
-        except ServerError as exc:  # a request a check did not expect to fail
-            outcome = Outcome("failed", str(exc))
-        except (ValueError, TypeError) as exc:  # params the check cannot use
-            raise UsageError(f"check {c.name}: {exc}", where=loaded.line_of(("verified", "checks"))) from None
-        row = {"name": c.name, "check": c.check, "title": c.title, "expect": c.expect, "status": outcome.status,
-               "passed": {"passed": True, "failed": False}.get(outcome.status), "result": outcome.result,
-               "detail": outcome.detail, "seconds": round(time.monotonic() - t0, 1)}
-        result.rows.append(row)
-        say(f"[{i}/{len(checks)}] {c.name}: {outcome.status} ({outcome.result}) in {row['seconds']} s")
-        for line in outcome.detail[:5]:
-            say(f"    {line}")
-    result.seconds = time.monotonic() - start
-    write(result, out_dir)
+    try:
+        for i, c in enumerate(checks, 1):
+            say(f"[{i}/{len(checks)}] {c.name} ...")
+            t0 = time.monotonic()
+            asked = server.requests
+            try:
+                outcome = CHECKS[c.check](ctx, dict(c.params))
+            except ServerError as exc:  # a request a check did not expect to fail
+                outcome = Outcome("failed", str(exc))
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+                if server.requests == asked:  # before any request: the recipe's params the check cannot use
+                    raise UsageError(f"check {c.name}: {exc}", where=loaded.line_of(("verified", "checks"))) from None
+                # after one: an answer without the fields the API promises (the server's failure, exit 3)
+                what = f"{c.name}: an answer not shaped as the OpenAI API says ({type(exc).__name__}: {exc})"
+                server.bad_answer = server.bad_answer or what
+                outcome = Outcome("failed", what)
+            row = {"name": c.name, "check": c.check, "title": c.title, "expect": c.expect, "status": outcome.status,
+                   "passed": {"passed": True, "failed": False}.get(outcome.status), "result": outcome.result,
+                   "detail": outcome.detail, "seconds": round(time.monotonic() - t0, 1)}
+            result.rows.append(row)
+            say(f"[{i}/{len(checks)}] {c.name}: {outcome.status} ({outcome.result}) in {row['seconds']} s")
+            for line in outcome.detail[:5]:
+                say(f"    {line}")
+    finally:  # what ran is written, whatever stopped the run
+        result.seconds = time.monotonic() - start
+        write(result, out_dir)
+    if server.bad_answer:
+        raise BadAnswer(f"{server.url} answered what the OpenAI API does not say ({server.bad_answer}); "
+                        f"what ran is in {Path(out_dir) / 'smoke.json'}")
     return result
 
 
 def markdown(result: Result) -> str:
     """The page's Verified table (Check | Result), with each row's status."""
     mark = {"passed": "pass", "failed": "**FAIL**", "skipped": "skipped"}
+    def cell(text) -> str:  # a server's words, shown: no control characters, no table-breaking bar
+        return printable(str(text).replace("\n", " ")).replace("|", "\\|")
+
+    model = cell(result.model).replace("`", "'")  # inside a code span
     lines = [f"Smoke run of `{result.recipe}` against {result.target.get('image') or result.target['url']} "
-             f"(`{result.model}`, context {result.max_model_len} tokens, sizes x{result.factor:.4g}; "
+             f"(`{model}`, context {result.max_model_len} tokens, sizes x{result.factor:.4g}; "
              f"K = {sizing.K} tokens).", "", "| Check | Result | Status |", "|---|---|---|"]
     for row in result.rows:
-        lines.append(f"| {row['title']} | {row['result']} | {mark[row['status']]} |".replace("\n", " "))
+        lines.append(f"| {cell(row['title'])} | {cell(row['result'])} | {mark[row['status']]} |")
     return "\n".join(lines) + "\n"
 
 
