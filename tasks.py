@@ -458,7 +458,8 @@ def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, 
     out_dir = Path(out) if out else ROOT / "build" / "smoke" / loaded.id
     result = serve.run_against(url, spec, out_dir / "server.log", serve.number(timeout, "--timeout", float), dry_run,
                                lambda t: s.task(recipe, t.url, scale, out_dir, only or (), dry_run,
-                                                image=t.image, image_id=t.image_id))
+                                                image=t.image, image_id=t.image_id,
+                                                runtime=spec.runtime if spec else None))
     if result is not None and not result.passed:
         raise Exit(f"smoke checks failed: {', '.join(r['name'] for r in result.rows if r['status'] == 'failed')}",
                    code=1)

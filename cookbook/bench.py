@@ -303,7 +303,8 @@ def summarise(runs: list[dict], expect: dict) -> dict:
 
 
 def run(loaded: LoadedRecipe, url: str, *, scale: float = 1.0, repeats: int = 3, only: list[str] | None = None,
-        image: str | None = None, image_id: str | None = None) -> dict:
+        image: str | None = None, image_id: str | None = None, facts: dict | None = None) -> dict:
+    """`facts`: what results.image_target says of a container run (content hash, hardware), for the page."""
     perf = loaded.recipe.performance
     if perf is None or not perf.scenarios:
         raise UsageError(f"recipe {loaded.id} has no performance.scenarios", where=str(loaded.path))
@@ -319,7 +320,7 @@ def run(loaded: LoadedRecipe, url: str, *, scale: float = 1.0, repeats: int = 3,
     scenarios = [run_scenario(server, size(s, scale, server.max_model_len), repeats, filler, seeds)
                  for s in perf.scenarios if not only or s.name in only]
     return {"schema": SCHEMA, "recipe": loaded.id, "recipe_hash": loaded.hash,
-            "target": {"url": url, "image": image, "image_id": image_id},
+            "target": {"url": url, "image": image, "image_id": image_id, **(facts or {})},
             "server": {"model": server.model, "max_model_len": server.max_model_len},
             "scale": scale, "repeats": repeats, "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "scenarios": scenarios}
@@ -427,7 +428,7 @@ def dry_run(loaded: LoadedRecipe, scale: float, repeats: int, only: list[str] | 
 def bench(loaded: LoadedRecipe, url: str | None, run_spec, out: Path, *, scale: float, repeats: int,
           only: list[str] | None, timeout_s: float, dry: bool) -> dict | None:
     """`invoke bench`: against --url, or a container of --image that is always removed afterwards."""
-    from . import serve
+    from . import results, serve
 
     if bool(url) == bool(run_spec):
         raise UsageError("give exactly one of --url and --image")
@@ -439,7 +440,10 @@ def bench(loaded: LoadedRecipe, url: str | None, run_spec, out: Path, *, scale: 
         dry_run(loaded, scale, repeats, only)
         return None
     with serve.target(url, run_spec, out / "server.log", timeout_s) as t:
-        doc = run(loaded, t.url, scale=scale, repeats=repeats, only=only, image=t.image, image_id=t.image_id)
+        facts = t.image_id and results.image_target(t.image, t.image_id, run_spec.runtime,
+                                                    results.image_labels(t.image_id))
+        doc = run(loaded, t.url, scale=scale, repeats=repeats, only=only, image=t.image, image_id=t.image_id,
+                  facts=facts or None)
     files = write(doc, out)
     print(markdown(doc), end="")
     for kind, path in files.items():

@@ -6,6 +6,7 @@ committed page has drifted from its sources. `--site DIR` builds the static site
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -16,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import derive, fixes, outdir, recipes, render, results
+from . import derive, fixes, measured, outdir, recipes, render, results
 from .errors import CookbookError, RecipeError
 from .paths import ROOT
 from .progress import say
@@ -93,15 +94,32 @@ def figure(expect: dict) -> str:
     return ", ".join(parts)
 
 
-def run_note(run: results.Run | None, recipe_hash: str, what: str) -> str:
+def run_note(run: results.Measured | None, recipe_hash: str, current_image: str, what: str) -> str:
+    """The words under a table: which run its Measured column comes from, and whether it ran this image."""
     if run is None:
-        return (f"No {what} run of this recipe's image is recorded yet: the results below are the published "
-                "figures.")
-    note = f"Latest {what} run: {run.date} on {run.hardware}, image `{run.image_digest}`."
-    if run.recipe_hash != recipe_hash:
-        note += (" **Stale**: that image was built from an earlier version of this recipe; the published "
-                 "figures are beside each result.")
+        return f"No {what} run of this recipe's image is recorded yet: Result is the published figure."
+    where = {"gaudi": "on a Gaudi", "cpu": "on a CPU (Docker's default runtime): CPU figures, not Gaudi ones"}.get(
+        run.hardware or "", "hardware not recorded")
+    note = (f"Result is the published figure; Measured is the latest {what} run, {run.date}, image "
+            f"`{run.image_id or 'not recorded'}`, {where}.")
+    if run.content_hash != current_image:
+        note += (" **Not measured on this image**: that run's image (content hash "
+                 f"`{(run.content_hash or 'not recorded')[:12]}`) is not the one this recipe builds now "
+                 f"(`{current_image[:12]}`)")
+        note += ", and it was built from an earlier version of this recipe." if run.recipe_hash != recipe_hash else "."
     return note
+
+
+def current_image(loaded: LoadedRecipe, run: results.Measured | None = None) -> str:
+    """The image the page describes, by content hash: the build context this checkout gives for the
+    recipe on its pinned base, as `invoke build` hashes it into the `cookbook.content.hash` label. The
+    context names the base's engine id (and its digest where the recipe pins none), known only to the
+    engine that built it, so they come from the run (its image's labels): equal hashes mean the checkout
+    would build that same image on that base. Computed from files alone: the drift check needs no Docker."""
+    base = render.vault_base(loaded)
+    if run is not None:
+        base = dataclasses.replace(base, image_id=run.base_id, digest=base.digest or run.base_digest)
+    return render.content_hash(render.context_files(loaded, base))
 
 
 # --- the pages ----------------------------------------------------------------------------------
@@ -122,6 +140,7 @@ def _env():
     env = render.templates(TEMPLATES)
     env.finalize = lambda v: v if isinstance(v, markupsafe.Markup) else md_text(str(v))
     env.filters["code_block"] = code_block
+    env.filters["cell"] = lambda v: markupsafe.Markup(md_cell(" ".join(str(v).split("\n"))))
     return env
 
 
@@ -139,23 +158,19 @@ def fix_rows(loaded: LoadedRecipe, written: set[str]) -> list[dict]:
 
 
 def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: set[str],
-                smoke: results.Run | None, bench: results.Run | None) -> str:
+                smoke: results.Measured | None, bench: results.Measured | None) -> str:
     r = loaded.recipe
+    here = {"smoke": current_image(loaded, smoke), "bench": current_image(loaded, bench)}
     children = [Child(c.recipe.title, c.recipe.adds or "", c.recipe.model.geometry == r.model.geometry)
                 for c in everything if c.recipe.extends == loaded.id and c.recipe.adds]
     parent = next((p for p in everything if p.id == r.extends), None)
-    checks = []
-    for c in r.verified.checks if r.verified else []:
-        entry = smoke.entry(c.name) if smoke else None
-        result = (entry.result or ("passed" if entry.passed else "failed")) if entry else c.expect
-        if smoke and not entry:
-            result = "not run"
-        checks.append({"title": c.title, "result": result, "published": c.expect})
-    scenarios = []
-    for s in r.performance.scenarios if r.performance else []:
-        entry = bench.entry(s.name) if bench else None
-        result = figure(entry.values) if entry else ("not run" if bench else figure(s.expect))
-        scenarios.append({"title": s.title, "result": result, "published": figure(s.expect)})
+    checks = measured.join([measured.Item(c.name, c.title, c.expect)
+                            for c in (r.verified.checks if r.verified else [])], smoke, here["smoke"],
+                           measured.smoke_value)
+    expects = {s.name: s.expect for s in (r.performance.scenarios if r.performance else [])}
+    scenarios = measured.join([measured.Item(s.name, s.title, figure(s.expect))
+                               for s in (r.performance.scenarios if r.performance else [])],
+                              bench, here["bench"], lambda e: figure(_figures(e["values"], expects.get(e["name"]))))
     apply = f"python3 {fixes.fixplan.APPLY_ALL} --profile {r.fixes.profile}" + "".join(
         f" {n}" for n in r.fixes.opt_in)
     sources = [loaded.rel_path] + [str(results.path_for(loaded.id, k).relative_to(ROOT))
@@ -165,16 +180,30 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
         parsers=parsers(r.serve), parent=parent, children=children,
         docker_run=docker_run(loaded), env=derive.runtime_env(r), apply=apply,
         serve=continued(derive.serve_command(r), 3), buckets=r.buckets.summary or "",
-        fix_rows=fix_rows(loaded, written), checks=checks, scenarios=scenarios, smoke=smoke, bench=bench,
-        verified_note=run_note(smoke, loaded.hash, "smoke"), bench_note=run_note(bench, loaded.hash, "bench"))
+        fix_rows=fix_rows(loaded, written), checks=checks, scenarios=scenarios,
+        verified_note=run_note(smoke, loaded.hash, here["smoke"], "smoke"),
+        bench_note=run_note(bench, loaded.hash, here["bench"], "bench"))
 
 
-def bench_svg(loaded: LoadedRecipe, bench: results.Run | None) -> str:
-    """A bar per scenario: throughput in tokens/s, and seconds to the answer (the range's top)."""
+def _figures(values: dict, expect: dict | None = None) -> dict:
+    """A bench run's values in the keys the scenario publishes (a one-stream run measures aggregate and
+    per-stream rates too), else in any key a recipe publishes; TTFT and end to end stay in bench.md."""
+    shown = {k: v for k, v in values.items() if k in PUBLISHED_KEYS}
+    return {k: v for k, v in shown.items() if k in (expect or {})} or shown
+
+
+PUBLISHED_KEYS = ("tokens_per_s", "aggregate_tokens_per_s", "per_stream_tokens_per_s", "seconds_to_answer")
+
+
+def bench_svg(loaded: LoadedRecipe, bench: results.Measured | None) -> str:
+    """A bar per scenario: throughput in tokens/s, and seconds to the answer (the range's top). Measured
+    figures only from a run of the image the recipe builds now, else the published ones."""
+    if bench is not None and bench.content_hash != current_image(loaded, bench):
+        bench = None
     rows = []
     for s in loaded.recipe.performance.scenarios if loaded.recipe.performance else []:
         entry = bench.entry(s.name) if bench else None
-        values = entry.values if entry else s.expect
+        values = _figures(entry["values"], s.expect) if entry else s.expect
         if "tokens_per_s" in values or "aggregate_tokens_per_s" in values:
             value = float(values.get("tokens_per_s", values.get("aggregate_tokens_per_s")))
             rows.append((s.title, value, "tokens/s", f"{value:g} tokens/s"))
@@ -184,7 +213,8 @@ def bench_svg(loaded: LoadedRecipe, bench: results.Run | None) -> str:
                          figure({"seconds_to_answer": v}).removesuffix(" to the answer")))
     width, bar_x, bar_w, row_h = 760, 330, 300, 26
     height = 40 + row_h * len(rows)
-    source = "latest bench run" if bench else "published figures (no run recorded)"
+    source = (("latest bench run, on CPU" if bench.hardware == "cpu" else "latest bench run") if bench else
+              "published figures (no run of this image recorded)")
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
            'font-size="12">',
            f"<!-- {note([loaded.rel_path])} -->",

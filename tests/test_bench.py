@@ -226,6 +226,24 @@ def test_bench_on_the_recipe_image(cpu_recipe_image, tiny_model, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert doc["target"]["image"] == cpu_recipe_image[1] and doc["target"]["image_id"].startswith("sha256:")
+    # What the recipe page needs (cookbook/results.py): the image's content hash, and a CPU run says so.
+    from cookbook import engine, results
+
+    label = engine.docker("image", "inspect", "--format", '{{index .Config.Labels "cookbook.content.hash"}}',
+                          doc["target"]["image_id"]).stdout.strip()
+    assert len(label) == 64 and doc["target"]["content_hash"] == label and doc["target"]["hardware"] == "cpu"
+    # ... and the docs step, hashing this checkout's build context on the base the run names, finds the very
+    # image that ran: the page shows its figures as measured on this image, labelled as CPU figures.
+    from cookbook import docs, recipes
+
+    run = results.parse(doc, "bench")
+    path, _, pack = cpu_recipe_image
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", str(pack))
+        loaded = recipes.load(str(path))
+        assert docs.current_image(loaded, run) == label
+        text = docs.recipe_page(loaded, [loaded], set(), None, run)
+    assert "tokens/s (on CPU) |" in text and "not measured on this image" not in text.lower()
     values = {s["name"]: s["values"] for s in doc["scenarios"]}
     assert values["one-stream-short"]["tokens_per_s"] > 0 and values["cold-65k"]["seconds_to_answer"] > 0
     assert (tmp_path / "bench.png").is_file() and "| One stream" in out.stdout
@@ -311,7 +329,8 @@ def test_smoke_on_the_recipe_image(cpu_recipe_image, tiny_model, tmp_path):
                        "--only", "health", "--out", str(tmp_path), "--timeout", "600", "--", "--enforce-eager",
                        task="smoke")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads((tmp_path / "smoke.json").read_text())
+    target = json.loads((tmp_path / "smoke.json").read_text())["target"]
+    assert target["hardware"] == "cpu" and len(target["content_hash"]) == 64  # for the recipe page
     assert "Application startup complete" in (tmp_path / "server.log").read_text()
     assert not container_exists(name)
 

@@ -1,6 +1,7 @@
 """cookbook/docs.py and cookbook/results.py: the recipe pages say every fact of the reference page,
-take the latest result files (marked stale when the recipe changed), carry a do-not-edit line, match
-what is committed, and build into a site with mkdocs."""
+join their rows with the result files the smoke and bench writers write (published, measured, date,
+image; "not measured on this image" when the image changed; CPU figures labelled), carry a do-not-edit
+line, match what is committed, and build into a site with mkdocs."""
 
 import re
 import xml.etree.ElementTree as ET
@@ -77,30 +78,98 @@ def test_drift_is_found_and_mended(tmp_path, monkeypatch):
     docs.write(check=True)
 
 
-def run(kind, recipe_hash, entries, digest="ab" * 32):
-    return results.Run.model_validate({
-        "schema": results.SCHEMA, "kind": kind, "recipe": "qwen3.5-27b-fp8", "recipe_hash": recipe_hash,
-        "image": "gaudi-cookbook/qwen3.5-27b-fp8:v0.26.0-x", "image_digest": f"sha256:{digest}",
-        "hardware": "1x Gaudi 2 (HL-225)", "date": "2026-12-01T10:00:00Z", "results": entries})
+def write_smoke(out: Path, target: dict, rows, rid="qwen3.5-27b-fp8", recipe_hash=None) -> Path:
+    """smoke.json as `invoke smoke` writes it (smoke.Result, rows shaped as smoke.run makes them, smoke.write)."""
+    from cookbook import smoke
+
+    loaded = recipes.load(rid)
+    checks = {c.name: c for c in loaded.recipe.verified.checks}
+    result = smoke.Result(loaded.id, recipe_hash or loaded.hash, {"url": "http://127.0.0.1:8000", **target},
+                          loaded.recipe.model.id, 4096, 1.0, 0.01, 896, "2026-12-04T09:00:00Z")
+    result.rows = [{"name": n, "check": checks[n].check, "title": checks[n].title, "expect": checks[n].expect,
+                    "status": status, "passed": {"passed": True, "failed": False}.get(status), "result": text,
+                    "detail": [], "seconds": 0.1} for n, status, text in rows]
+    smoke.write(result, out)
+    return out / "smoke.json"
 
 
-def test_a_run_replaces_the_published_figures_and_keeps_them_beside():
-    current = recipes.load("qwen3.5-27b-fp8").hash
-    smoke = run("smoke", current, [{"name": "known-answers", "passed": True, "result": "8/8 (run)"}])
-    bench = run("bench", current, [{"name": "one-stream-short", "values": {"tokens_per_s": 51.25}}])
-    text = page(smoke=smoke, bench=bench)
-    assert "| Known-answer prompts (arithmetic, facts, translation), temperature 0 | 8/8 (run) | 8/8 |" in text
-    assert "| The same prompts, 32 in flight | not run | 32/32 |" in text
-    assert "| One stream, short prompt, 256 tokens | 51.2 tokens/s | 47.1 tokens/s |" in text
-    assert "Latest smoke run: 2026-12-01T10:00:00Z on 1x Gaudi 2 (HL-225), image `sha256:" + "ab" * 32 in text
-    assert "Stale" not in text and "No smoke run" not in text
+def write_bench(out: Path, target: dict, tokens_per_s: dict, rid="qwen3.5-27b-fp8", recipe_hash=None) -> Path:
+    """bench.json as `invoke bench` writes it: scenarios summarised by bench.summarise, bench.write."""
+    from cookbook import bench
+
+    loaded = recipes.load(rid)
+    scenarios = [{"name": sc.name, "title": sc.title, "workload": {}, "runs": [],
+                  **bench.summarise([{"tokens_per_s": tokens_per_s[sc.name], "median_ttft_s": 0.2,
+                                     "aggregate_tokens_per_s": 49.0}], sc.expect)}
+                 for sc in loaded.recipe.performance.scenarios if sc.name in tokens_per_s]
+    doc = {"schema": bench.SCHEMA, "recipe": loaded.id, "recipe_hash": recipe_hash or loaded.hash,
+           "target": {"url": "http://127.0.0.1:8000", **target}, "server": {}, "scale": 1.0, "repeats": 1,
+           "date": "2026-12-04T09:30:00Z", "scenarios": scenarios}
+    bench.write(doc, out)
+    return out / "bench.json"
 
 
-def test_a_run_of_an_earlier_recipe_is_marked_stale():
-    smoke = run("smoke", "0" * 64, [{"name": "known-answers", "passed": False}])
-    text = page(smoke=smoke)
-    assert "**Stale**" in text and "| failed | 8/8 |" in text
-    assert "No bench run of this recipe's image is recorded yet: the results below are the published figures." in text
+def base_doc() -> dict:
+    return {"schema": "cookbook.smoke/v1", "recipe": "r", "recipe_hash": "0", "started": "", "results": []}
+
+
+def measured_page(tmp_path, runtime="habana", content_hash=None, recipe_hash=None, base_labels=None):
+    """The page built from the recipe and result files the writers wrote into a results folder."""
+    from cookbook import results
+
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    base = {"cookbook.base.id": "sha256:" + "ef" * 32}
+    built = docs.current_image(loaded, results.parse({**base_doc(), "target": {"base_id": base["cookbook.base.id"]}},
+                                                     "smoke"))  # what `invoke build` labels the image with
+    labels = {"cookbook.content.hash": content_hash or built, **base, **(base_labels or {})}
+    target = results.image_target("gaudi-cookbook/qwen3.5-27b-fp8:v0.26.0", "sha256:" + "ab" * 32, runtime, labels)
+    write_smoke(tmp_path / loaded.id, target, [("known-answers", "passed", "8/8 (run)")], recipe_hash=recipe_hash)
+    write_bench(tmp_path / loaded.id, target, {"one-stream-short": 51.25}, recipe_hash=recipe_hash)
+    smoke, bench = results.load(loaded.id, "smoke", tmp_path), results.load(loaded.id, "bench", tmp_path)
+    return docs.recipe_page(loaded, recipes.load_all(), set(), smoke, bench), docs.bench_svg(loaded, bench)
+
+
+IMAGE = "sha256:abababababab"
+
+
+def test_a_run_of_this_image_shows_measured_beside_published_with_date_and_image(tmp_path):
+    text, svg = measured_page(tmp_path)
+    assert ("| Known-answer prompts (arithmetic, facts, translation), temperature 0 | 8/8 | 8/8 (run) | "
+            f"2026-12-04T09:00:00Z | {IMAGE} |") in text
+    assert f"| The same prompts, 32 in flight | 32/32 | not run | 2026-12-04T09:00:00Z | {IMAGE} |" in text
+    assert (f"| One stream, short prompt, 256 tokens | 47.1 tokens/s | 51.2 tokens/s | 2026-12-04T09:30:00Z | "
+            f"{IMAGE} |") in text
+    assert "latest smoke run, 2026-12-04T09:00:00Z, image `sha256:" + "ab" * 32 + "`, on a Gaudi." in text
+    assert "not measured on this image" not in text.lower() and "on CPU" not in text
+    assert "latest bench run</text>" in svg and "51.25 tokens/s" in svg
+
+
+def test_a_run_of_another_image_is_not_measured_on_this_image(tmp_path):
+    text, svg = measured_page(tmp_path, content_hash="0" * 64, recipe_hash="1" * 64)
+    assert ("| Known-answer prompts (arithmetic, facts, translation), temperature 0 | 8/8 | not measured on this "
+            f"image (last run: 8/8 (run)) | 2026-12-04T09:00:00Z | {IMAGE} |") in text
+    assert ("| One stream, short prompt, 256 tokens | 47.1 tokens/s | not measured on this image (last run: "
+            "51.2 tokens/s) |") in text
+    assert "**Not measured on this image**" in text and "earlier version of this recipe" in text
+    assert "published figures" in svg and "51.25" not in svg
+
+
+def test_the_same_image_on_another_base_is_not_this_image(tmp_path):
+    text, _ = measured_page(tmp_path, base_labels={"cookbook.base.id": "sha256:" + "01" * 32})
+    assert "| 47.1 tokens/s | not measured on this image (last run: 51.2 tokens/s) |" in text
+
+
+def test_figures_measured_on_a_cpu_are_labelled(tmp_path):
+    text, svg = measured_page(tmp_path, runtime="")
+    assert f"| 8/8 | 8/8 (run) (on CPU) | 2026-12-04T09:00:00Z | {IMAGE} |" in text
+    assert "| 47.1 tokens/s | 51.2 tokens/s (on CPU) |" in text
+    assert "CPU figures, not Gaudi ones" in text and "latest bench run, on CPU" in svg
+
+
+def test_no_run_yet_shows_the_published_figures():
+    text = page()
+    assert "| The same prompts, 32 in flight | 32/32 | not measured yet | - | - |" in text
+    assert "No bench run of this recipe's image is recorded yet: Result is the published figure." in text
 
 
 @pytest.mark.parametrize("expect,words", [
@@ -181,11 +250,10 @@ def test_recipe_and_result_text_reaches_the_site_escaped(tmp_path, recipe_tree):
     data["rules"][0]["text"] = bad
     _, write = recipe_tree
     loaded = recipes.load(write(data))
-    smoke = results.Run.model_validate({
-        "schema": results.SCHEMA, "kind": "smoke", "recipe": loaded.id, "recipe_hash": loaded.hash,
-        "image": "x", "image_digest": "sha256:" + "ab" * 32, "hardware": "<script>alert('hw')</script>",
-        "date": "2026-12-01T10:00:00Z",
-        "results": [{"name": loaded.recipe.verified.checks[0].name, "passed": True, "result": "<b>8</b>"}]})
+    smoke = results.Measured("smoke", loaded.id, loaded.hash, "<script>alert('date')</script>", "x",
+                             "sha256:<script>alert('id')</script>", "<script>alert('hash')</script>", None,
+                             entries={loaded.recipe.verified.checks[0].name: {"passed": True,
+                                                                               "result": "<b>8</b> | x"}})
     docs_dir = tmp_path / "docs"
     (docs_dir / "recipes").mkdir(parents=True)
     (docs_dir / "recipes" / "hostile.md").write_text(docs.recipe_page(loaded, [loaded], set(), smoke, None))

@@ -176,10 +176,11 @@ def parse_scale(text: str | None) -> float:
 
 
 def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only, dry_run: bool, *,
-         image: str | None = None, image_id: str | None = None) -> Result | None:
+         image: str | None = None, image_id: str | None = None, runtime: str | None = None) -> Result | None:
     """`invoke smoke`: load the recipe, check the arguments, then run (or list, with dry_run) its checks.
-    `image`/`image_id`: the container started for the run (--image), recorded in smoke.json."""
-    from .. import progress, recipes
+    `image`/`image_id`/`runtime`: the container started for the run (--image), recorded in smoke.json with
+    the image's content hash and the hardware, which the recipe page reads (cookbook/results.py)."""
+    from .. import progress, recipes, results
     from ..paths import ROOT
 
     loaded = recipes.load(recipe)
@@ -193,8 +194,10 @@ def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only
         for line in plan(loaded, only):
             print("  " + line)
         return None
-    result = run(loaded, url, scale=factor, out_dir=out_dir, only=only, progress=progress.say,
-                 target={"url": url, "image": image, "image_id": image_id})
+    target = {"url": url, "image": image, "image_id": image_id}
+    if image_id:
+        target.update(results.image_target(image, image_id, runtime, results.image_labels(image_id)))
+    result = run(loaded, url, scale=factor, out_dir=out_dir, only=only, progress=progress.say, target=target)
     print(markdown(result), end="")
     print(f"results: {out_dir / 'smoke.json'}")
     return result
