@@ -186,7 +186,8 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="T
 @task(iterable=["fix"],
       help={"fix": "only this fix (repeatable; default: every written fix)",
             "keep": "lay the trees out here and keep them",
-            "upstream": "also run vllm-gaudi's own unit tests (tests/lab/upstream-pass-list.txt) on the patched tree",
+            "upstream": ("also run all of vllm-gaudi's own unit tests on the patched tree, but those "
+                         "tests/lab/upstream-excluded.txt names"),
             "alone": "also run each fix's tests on a tree with that fix alone (and what it requires)",
             "profile": "fix profile", "dry_run": "print what would run"})
 @edge

@@ -29,7 +29,8 @@ from .progress import say
 
 LAB_TESTS = ROOT / "tests" / "lab"
 STUBS = LAB_TESTS / "stubs"
-UPSTREAM_PASS_LIST = LAB_TESTS / "upstream-pass-list.txt"
+UPSTREAM_EXCLUDED = LAB_TESTS / "upstream-excluded.txt"
+UPSTREAM_TESTS = "tests/unit_tests"
 BUILD_SCRIPT = ROOT / "scripts" / "fix-lab.sh"
 TREE_MARKER = ".cookbook-lab-tree"  # what `--keep` may replace: only trees the lab laid out
 # The env the fixes are applied under: the recipe's compile mode, and the guard gdn-prefix-cache names.
@@ -222,20 +223,39 @@ def upstream_tests_root(profile_name: str = "v0.26.0") -> Path:
     return gaudi
 
 
-def upstream_pass_list() -> list[str]:
-    lines = UPSTREAM_PASS_LIST.read_text().splitlines() if UPSTREAM_PASS_LIST.is_file() else []
-    return [ln for ln in lines if ln and not ln.startswith("#")]
+def upstream_excluded(path: Path | None = None) -> dict[str, str]:
+    """{node id or node id prefix: why it cannot run here} from tests/lab/upstream-excluded.txt: each
+    entry is under a `#` paragraph that gives its reason (a Gaudi kernel, a Hub download, ...)."""
+    path = path or UPSTREAM_EXCLUDED
+    out: dict[str, str] = {}
+    why: list[str] = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line:  # a blank line ends a paragraph and its entries
+            why = []
+        elif line.startswith("#"):
+            why.append(line.lstrip("#").strip())
+        elif not why:
+            raise LabError(f"{path}:{number}: {line} has no reason (a # paragraph right above its entries)")
+        else:
+            out[line] = " ".join(why)
+    return out
 
 
-def run_upstream(tree: Path, nodes: list[str], profile_name: str = "v0.26.0") -> Run:
-    """vllm-gaudi's own unit tests (from the upstream cache, at the pinned commit) on `tree`.
-    They run from a copy of the tests folder, so the cached checkout's package never shadows the tree."""
+def run_upstream(tree: Path, excluded: dict[str, str] | None = None, profile_name: str = "v0.26.0") -> Run:
+    """All of vllm-gaudi's own unit tests (from the upstream cache, at the pinned commit) on `tree`, but
+    the excluded ones, with the "hpu" device and the Hub model they name standing in
+    (tests/lab/stubs/lab_hpu_device.py). They run from a copy of the tests folder, so the cached
+    checkout's package never shadows the tree."""
+    excluded = upstream_excluded() if excluded is None else excluded
     src = upstream_tests_root(profile_name)
     with tempfile.TemporaryDirectory(prefix="cookbook-upstream-tests.") as tmp:
         shutil.copytree(src / "tests", Path(tmp) / "tests")
         shutil.copy2(src / "pytest_compat.py", Path(tmp) / "pytest_compat.py")
-        say(f"fix lab: {len(nodes)} upstream unit tests on {tree.name}")
-        return run(tree, nodes, cwd=Path(tmp), extra=["-p", "pytest_compat", "--rootdir", tmp])
+        say(f"fix lab: vllm-gaudi's {UPSTREAM_TESTS} on {tree.name}, {len(excluded)} entries excluded")
+        deselect = [arg for node in excluded for arg in ("--deselect", node)]
+        return run(tree, [UPSTREAM_TESTS], cwd=Path(tmp),
+                   extra=["-p", "lab_hpu_device", "-p", "pytest_compat", "--rootdir", tmp, *deselect])
 
 
 @dataclass(frozen=True)
@@ -300,9 +320,13 @@ class Report:
 
     @property
     def upstream_broken(self) -> list[str]:
+        """Upstream's tests that did not pass (their own skips aside), and a run that collected none."""
         if self.upstream is None:
             return []
-        return sorted(n for n, o in self.upstream.outcomes.items() if o != "passed")
+        if not self.upstream.outcomes:
+            return [f"no upstream test ran (pytest exit {self.upstream.returncode}): "
+                    + (self.upstream.output.strip().splitlines() or ["no output"])[-1]]
+        return sorted(n for n, o in self.upstream.outcomes.items() if o not in ("passed", "skipped"))
 
     @property
     def ok(self) -> bool:
@@ -333,8 +357,8 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
             print(f"and each fix's modules on a tree with that fix alone (and what it requires): "
                   f"{len(fix_names)} trees")
         if with_upstream:
-            print(f"and {len(upstream_pass_list())} upstream unit tests ({UPSTREAM_PASS_LIST.name}) "
-                  "on the patched tree")
+            print(f"and vllm-gaudi's {UPSTREAM_TESTS} on the patched tree, less the "
+                  f"{len(upstream_excluded())} entries of {UPSTREAM_EXCLUDED.name}")
         return None
     if keep:
         for kind in ("pristine", "patched"):
@@ -355,7 +379,7 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
         kinds = ("pristine", "patched")
         with ThreadPoolExecutor(LAB_WORKERS) as pool:
             tree_runs = [pool.submit(run, trees[kind], targets) if targets else None for kind in kinds]
-            upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_pass_list(), profile_name)
+            upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name)
                             if with_upstream else None)
             # The fix-alone trees go in the temporary folder, even with --keep.
             alone_runs = [pool.submit(run_alone, Path(tmp), n, profile_name, fixes_dir)
@@ -390,8 +414,9 @@ def describe(report: Report) -> list[str]:
         lines.append(f"each fix alone on pristine: {len(report.alone) - len(bad)}/{len(report.alone)} pass")
         lines += [f"    {a.fix}: {p}" for a in bad for p in a.problems]
     if report.upstream is not None:
-        total = len(report.upstream.outcomes)
-        lines.append(f"upstream unit tests on the patched tree: {total - len(report.upstream_broken)}/{total} passed")
+        outcomes = list(report.upstream.outcomes.values())
+        lines.append(f"upstream unit tests on the patched tree: {outcomes.count('passed')} passed, "
+                     f"{outcomes.count('skipped')} skipped by upstream, {len(report.upstream_broken)} broken")
         lines += [f"    broken: {n}" for n in report.upstream_broken]
     return lines
 

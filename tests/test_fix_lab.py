@@ -158,7 +158,41 @@ def test_each_fix_passes_alone_on_the_pristine_tree(report, fix):
     assert not alone.problems, "\n".join(alone.problems)
 
 
-def test_upstream_unit_tests_that_pass_on_the_release_pass_on_the_patched_tree(report):
-    assert fix_lab.upstream_pass_list(), f"{fix_lab.UPSTREAM_PASS_LIST} is empty"
-    assert len(report.upstream.outcomes) == len(fix_lab.upstream_pass_list())
+# vllm-gaudi's unit tests that pass in the lab on the pristine release, measured (tests/lab/upstream-excluded.txt
+# names the rest, each with its reason): fewer on the patched tree means an exclusion grew or a test vanished.
+UPSTREAM_PASSED_AT_LEAST = 491
+
+
+def test_all_of_upstreams_unit_tests_pass_on_the_patched_tree_but_the_excluded(report):
+    outcomes = list(report.upstream.outcomes.values())
     assert not report.upstream_broken, "\n".join(report.upstream_broken)
+    assert outcomes.count("passed") >= UPSTREAM_PASSED_AT_LEAST, (
+        f"{outcomes.count('passed')} upstream unit tests passed, {UPSTREAM_PASSED_AT_LEAST} expected")
+
+
+def test_every_upstream_exclusion_names_a_unit_test_and_gives_its_reason():
+    excluded = fix_lab.upstream_excluded()
+    assert excluded
+    for node, why in excluded.items():
+        assert node.startswith(fix_lab.UPSTREAM_TESTS + "/"), node
+        assert len(why.split()) >= 4, f"{node}: {why!r} is no reason"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("# needs a Gaudi kernel\ntests/unit_tests/a.py\ntests/unit_tests/b.py::t\n",
+     {"tests/unit_tests/a.py": "needs a Gaudi kernel", "tests/unit_tests/b.py::t": "needs a Gaudi kernel"}),
+    ("# header\n\n# two\n# lines\ntests/unit_tests/a.py\n\n# other\ntests/unit_tests/c.py\n",
+     {"tests/unit_tests/a.py": "two lines", "tests/unit_tests/c.py": "other"}),
+    ("", {}),
+])
+def test_upstream_excluded_reads_entries_under_their_reason(tmp_path, text, expected):
+    path = tmp_path / "excluded.txt"
+    path.write_text(text)
+    assert fix_lab.upstream_excluded(path) == expected
+
+
+def test_upstream_excluded_refuses_an_entry_without_a_reason(tmp_path):
+    path = tmp_path / "excluded.txt"
+    path.write_text("# header\n\ntests/unit_tests/a.py\n")
+    with pytest.raises(fix_lab.LabError, match=r"excluded.txt:3: tests/unit_tests/a.py has no reason"):
+        fix_lab.upstream_excluded(path)

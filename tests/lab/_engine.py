@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 import torch
+from lab_hpu_device import HpuOnCpu, hpu_generators
 
 BLOCK = 256  # tokens per hybrid KV block vLLM derives for this geometry (the 27B: 896)
 SEED = 1234
@@ -141,85 +142,6 @@ def register_qwen35():
     from vllm.model_executor.models.qwen3_5 import Qwen3_5ForConditionalGeneration
 
     ModelRegistry.register_model("Qwen3_5ForConditionalGeneration", Qwen3_5ForConditionalGeneration)
-
-
-def _cpu(x):
-    if isinstance(x, int) and not isinstance(x, bool):  # a bare index: the current device, the HPU
-        return torch.device("cpu")
-    if isinstance(x, torch.device) and x.type == "hpu":
-        return torch.device("cpu")
-    if isinstance(x, str) and x.split(":")[0] == "hpu":
-        return "cpu"
-    return x
-
-
-# Gathers the release feeds padding indices of -1 (padded positions into the rotary cos/sin cache,
-# padded token ids into the embedding): Gaudi does not bounds-check them and the padded rows are never
-# read; the CPU raises. {op: (argument of the source, of the index, gathered dimension)}
-UNCHECKED_GATHERS = {torch.index_select: (0, 2, None), torch.Tensor.index_select: (0, 2, None),
-                     torch.nn.functional.embedding: (1, 0, 0)}
-# Scatters with padding slots of -1 (padded tokens' KV into the cache): their writes are dropped here,
-# never wrapped onto the last row, which belongs to a live block.
-UNCHECKED_SCATTERS = {torch.Tensor.index_copy_, torch.index_copy, torch.Tensor.index_copy}
-
-
-class HpuOnCpu(torch.overrides.TorchFunctionMode):
-    """Tensors the release puts on "hpu" (its device, literal in the worker, the runner and the cache
-    set-up) are made on the CPU: the device argument of every torch call is mapped, and host memory
-    asked for pinned (the structured-output path) is plain. And negative padding indices of the
-    gathers above wrap, as Gaudi tolerates them. With a `counter` (_hostsync.HostSyncs, off by
-    default) every call is also counted for the host synchronisations it would make on a Gaudi, from
-    its original device arguments."""
-
-    def __init__(self, counter=None):
-        super().__init__()
-        self.counter = counter
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if self.counter is not None:
-            return self.counter.observe(func, args, kwargs, lambda: self._call(func, args, dict(kwargs)))
-        return self._call(func, args, kwargs)
-
-    def _call(self, func, args, kwargs):
-        if "device" in kwargs:
-            kwargs["device"] = _cpu(kwargs["device"])
-        if func is torch.Tensor.pin_memory:  # pinned host memory needs an accelerator's allocator
-            return args[0]
-        if kwargs.get("pin_memory"):
-            kwargs["pin_memory"] = False
-        args = tuple(a if isinstance(a, int) else _cpu(a) for a in args)
-        if func in UNCHECKED_GATHERS:
-            src, idx, dim = UNCHECKED_GATHERS[func]
-            index, dim = args[idx], args[1] if dim is None else dim
-            if index.numel() and index.min() < 0:
-                args = tuple(index.remainder(args[src].shape[dim]) if i == idx else a for i, a in enumerate(args))
-        if func in UNCHECKED_SCATTERS:
-            dest, dim, index, source = args[:4]
-            keep = index >= 0
-            if not bool(keep.all()):
-                args = (dest, dim, index[keep], source.index_select(dim, keep.nonzero().flatten()), *args[4:])
-        return func(*args, **kwargs)
-
-
-class _HostGenerator(torch.Generator):
-    """`torch.Generator(device="hpu")` (the seeded generators of compile mode) made on the CPU: the
-    constructor is no torch function, so HpuOnCpu does not see its device."""
-
-    def __new__(cls, device="cpu"):
-        return super().__new__(cls, _cpu(device))
-
-    def __init__(self, device="cpu"):
-        pass
-
-
-@contextlib.contextmanager
-def hpu_generators():
-    saved, torch.Generator = torch.Generator, _HostGenerator
-    try:
-        yield
-    finally:
-        torch.Generator = saved
 
 
 @contextlib.contextmanager
