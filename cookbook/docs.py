@@ -10,10 +10,8 @@ import dataclasses
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -327,19 +325,11 @@ def build_site(out: Path, dry_run: bool = False) -> Path:
     if dry_run:
         print(shlex.join([*cmd, "-d", str(out)]))
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with outdir.staged(out, SITE_MARKER, SITE_MARKER_TEXT) as tmp:
         proc = subprocess.run([*cmd, "-d", str(tmp)], capture_output=True, text=True, cwd=ROOT,
                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
         if proc.returncode != 0:
             raise CookbookError("mkdocs could not build the site:\n" + proc.stderr.strip()[-1500:])
-        outdir.mark(tmp, SITE_MARKER, SITE_MARKER_TEXT)
-        outdir.readable(tmp)
-        outdir.swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     say(f"site built into {out}")
     return out
 

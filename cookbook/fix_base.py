@@ -259,9 +259,7 @@ def _write(out: Path, image: str, site: str, verdicts: list[Verdict], wanted: di
     from .fix_new import unified_diff
     from .fix_sources import package_roots
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with outdir.staged(out, MARKER, f"written by invoke fixes.verify --base {image}\n") as tmp:
         differing = sorted({key for key, sha in wanted.items()
                             if base_files[key] is not None and _sha(base_files[key]) != sha})
         missing_cache = ""
@@ -283,14 +281,6 @@ def _write(out: Path, image: str, site: str, verdicts: list[Verdict], wanted: di
                   "diffs": [diff_name(*k) for k in differing] if roots else [],
                   "diffs_missing": missing_cache}
         (tmp / "verdicts.json").write_text(json.dumps(report, indent=2) + "\n")
-        outdir.mark(tmp, MARKER, f"written by invoke fixes.verify --base {image}\n")
-        outdir.readable(tmp)
-        outdir.swap_in(tmp, out)
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def describe(report: Report) -> list[str]:

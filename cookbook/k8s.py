@@ -21,9 +21,7 @@ import json
 import math
 import os
 import re
-import shutil
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -392,18 +390,10 @@ def write(files: dict[str, str], out: Path) -> None:
     """Into a temporary sibling folder, then swapped into place: a folder of an earlier render (MARKER) is
     replaced whole, so `kubectl apply -f DIR` applies just these objects (no stale pdb.yaml). A folder
     the cookbook did not make is refused (outdir.py): `run` checks before any work."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with outdir.staged(out, MARKER, MARKER_TEXT) as tmp:
         for file, text in files.items():
             (tmp / file).write_text(text)
             os.chmod(tmp / file, 0o644)
-        outdir.mark(tmp, MARKER, MARKER_TEXT)
-        outdir.readable(tmp)
-        outdir.swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def run(loaded: LoadedRecipe, opts: Options, local: str | None = None, out: Path | None = None,

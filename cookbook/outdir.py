@@ -5,10 +5,11 @@ is ever touched. Anything else is refused before any work, with the path and why
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import UsageError
@@ -57,3 +58,21 @@ def swap_in(tmp: Path, out: Path) -> None:
 def readable(folder: Path) -> None:
     """mkdtemp makes its folder 0700; a site or a manifest folder is for others to read (a web server)."""
     os.chmod(folder, 0o755)
+
+
+@contextlib.contextmanager
+def staged(out: Path, marker: str | None = None, text: str = "") -> Iterator[Path]:
+    """A fresh sibling folder of `out` to write into; when the block ends it is marked (unless the caller
+    writes its own marker), made readable and swapped in for `out` (already checked). On any failure,
+    Ctrl-C included, it is removed and `out` is left as it was: never half-written."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        if marker:
+            mark(tmp, marker, text)
+        readable(tmp)
+        swap_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -284,22 +282,18 @@ def write_context(files: dict[str, bytes], out: Path) -> Path:
     folder the cookbook rendered (it carries MARKER) or an empty one is ever replaced."""
     out = out.absolute()
     check_out(out)
-    try:
+    try:  # a read-only or missing place is the user's --out, not a bug
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        if not os.access(out.parent, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
     except OSError as exc:
         raise UsageError(f"cannot write into {out.parent}: {exc.strerror}", hint="choose a writable --out") from None
-    try:
+    with outdir.staged(out) as tmp:  # MARKER is among the files
         for rel, data in {**files, MARKER: MARKER_TEXT}.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
             os.chmod(path, 0o755 if rel in EXECUTABLE else 0o644)
-        outdir.readable(tmp)
-        outdir.swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
