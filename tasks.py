@@ -467,3 +467,40 @@ def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, 
 
 
 ns.add_task(smoke)
+
+
+@task(iterable=["env", "option"],
+      help={"recipe": "recipe id or path", "runtime": "Docker runtime (default habana; '' for Docker's default: "
+            "a CPU run, which skips the doctor)", "repo": "image repository prefix",
+            "hf_cache": SERVE_HELP["hf_cache"], "env": SERVE_HELP["env"], "option": SERVE_HELP["option"],
+            "timeout": "seconds to wait for health", "scale": "bench: multiply the recipe's token sizes",
+            "repeats": "bench: runs of each scenario", "out": "folder for every step's output "
+            "(default build/verify/ID)", "dry_run": "print the steps, run nothing"})
+@edge
+def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_cache="~/.cache/huggingface",
+          env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, dry_run=False):
+    """One command on a Gaudi host: doctor, fixes.verify --base, build, test, serve, smoke, bench, results/, docs, stop.
+
+    Resumable: a step that passed for the same image id is not run again (build/verify/ID/state.json).
+    """
+    from pathlib import Path
+
+    from cookbook import chain as ch
+    from cookbook import recipes
+    from cookbook import serve as s
+
+    loaded = recipes.load(recipe)
+    opts = ch.Options(runtime=runtime or None, repo=repo, hf_cache=hf_cache, env=s.parse_env(env),
+                      options=tuple(option or ()), timeout_s=s.number(timeout, "--timeout", float),
+                      scale=s.number(scale, "--scale", float), repeats=s.number(repeats, "--repeats"),
+                      out=Path(out) if out else None)
+    if dry_run:
+        ch.dry_run(loaded, opts)
+        return
+    done = ch.run(loaded, opts)
+    print("\n".join(ch.report(done)))
+    if not ch.ok(done.outcomes):
+        raise Exit(f"the chain stopped; every step's output is in {done.out}", code=1)
+
+
+ns.add_task(chain)
