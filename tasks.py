@@ -475,13 +475,15 @@ ns.add_task(smoke)
             "hf_cache": SERVE_HELP["hf_cache"], "env": SERVE_HELP["env"], "option": SERVE_HELP["option"],
             "timeout": "seconds to wait for health", "scale": "bench: multiply the recipe's token sizes",
             "repeats": "bench: runs of each scenario", "out": "folder for every step's output "
-            "(default build/verify/ID)", "dry_run": "print the steps, run nothing"})
+            "(default build/verify/ID)", "results": "where the result files go (default results/; docs/ is "
+            "written only then)", "dry_run": "print the steps, run nothing"})
 @edge
 def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_cache="~/.cache/huggingface",
-          env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, dry_run=False):
+          env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, results=None, dry_run=False):
     """One command on a Gaudi host: doctor, fixes.verify --base, build, test, serve, smoke, bench, results/, docs, stop.
 
     Resumable: a step that passed for the same image id is not run again (build/verify/ID/state.json).
+    Words after `--` go after the image, appended to the recipe's vLLM flags, as with `invoke serve`.
     """
     from pathlib import Path
 
@@ -493,7 +495,8 @@ def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_
     opts = ch.Options(runtime=runtime or None, repo=repo, hf_cache=hf_cache, env=s.parse_env(env),
                       options=tuple(option or ()), timeout_s=s.number(timeout, "--timeout", float),
                       scale=s.number(scale, "--scale", float), repeats=s.number(repeats, "--repeats"),
-                      out=Path(out) if out else None)
+                      out=Path(out) if out else None, results_root=Path(results) if results else None,
+                      args=s.user_args(c.remainder, sys.argv))
     if dry_run:
         ch.dry_run(loaded, opts)
         return

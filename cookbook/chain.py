@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import CheckFailure, CookbookError
-from .paths import ROOT
+from .paths import ROOT, fixes_dir
 from .progress import say
 from .recipes import LoadedRecipe
 
@@ -38,7 +38,8 @@ WHAT = {
     "smoke": "invoke smoke: the recipe's Verified checks",
     "bench": "invoke bench: the recipe's performance scenarios",
     "results": "copy smoke.json and bench.json to results/ID/ (the files the pages read)",
-    "docs": "invoke docs: the recipe page with the measured figures",
+    "docs": "invoke docs: the recipe page with the measured figures (docs/ only when results/ was written; "
+            "the page always in the chain's folder too)",
     "stop": "remove the container serve started (on a failure, Ctrl-C and SIGTERM too)",
 }
 PASSED, FAILED, SKIPPED, DONE, NOT_RUN = "passed", "failed", "skipped", "done before", "not run"
@@ -63,6 +64,7 @@ class Options:
     repeats: int = 3
     out: Path | None = None  # default build/verify/<id>
     results_root: Path | None = None  # default results/
+    args: tuple[str, ...] = ()  # after the image: appended to the recipe's vLLM flags
 
 
 # --- the state: which step passed for which image ------------------------------------------------
@@ -215,9 +217,12 @@ class Chain:
         return "host ready (image: built and checked next)"
 
     def base(self) -> str:
-        from . import engine, fix_base, render
+        from . import engine, fix_base, fixes, render
 
         ref = render.vault_base(self.loaded).from_ref
+        profile = self.loaded.recipe.fixes.profile
+        if not fixes.load_profile(profile, fixes_dir()).order:
+            return f"skipped: profile {profile} selects no fixes"
         if not engine.image_exists(ref):
             return f"skipped: {ref} is not on this engine (the build pulls it; run fixes.verify --base then)"
         report = fix_base.verify_base(ref, self.loaded.recipe.fixes.profile, out=self.out / "base")
@@ -247,7 +252,7 @@ class Chain:
 
         o = self.opts
         return serve.spec_for(self.loaded, image=self.image_id, runtime=o.runtime, hf_cache=o.hf_cache, env=o.env,
-                              options=o.options, name=f"cookbook-verify-{self.loaded.id}", role="smoke")
+                              options=o.options, args=o.args, name=f"cookbook-verify-{self.loaded.id}", role="smoke")
 
     def smoke(self, running) -> str:
         from . import smoke
@@ -282,10 +287,18 @@ class Chain:
         return f"{root / self.loaded.id}"
 
     def docs(self) -> str:
-        from . import docs
+        """The repository's pages (`invoke docs`) when the results went into its results/ folder; and
+        always this recipe's page, as it reads the results now, under the chain's folder."""
+        from . import docs, fixes, recipes, results
 
-        written = docs.write()
-        return f"{len(written)} files written"
+        root = self.opts.results_root or results.RESULTS
+        said = ""
+        if root.resolve() == results.RESULTS.resolve() and self.loaded.id in recipes.known_ids():
+            said = f"docs/: {len(docs.write())} files written; "
+        smoke, bench = results.load(self.loaded.id, "smoke", root), results.load(self.loaded.id, "bench", root)
+        page = self.out / f"{self.loaded.id}.md"
+        page.write_text(docs.recipe_page(self.loaded, [self.loaded], set(fixes.fix_names()), smoke, bench))
+        return said + f"page {page}"
 
     def figures(self) -> tuple[list, list]:
         from . import docs, results
