@@ -469,8 +469,9 @@ def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, 
 ns.add_task(smoke)
 
 
-@task(iterable=["env", "option"],
-      help={"recipe": "recipe id or path", "runtime": "Docker runtime (default habana; '' for Docker's default: "
+@task(iterable=["env", "option", "skip"],
+      help={"skip": "leave out a check: doctor, base or test (repeatable; the summary says so)",
+            "recipe": "recipe id or path", "runtime": "Docker runtime (default habana; '' for Docker's default: "
             "a CPU run, which skips the doctor)", "repo": "image repository prefix",
             "hf_cache": SERVE_HELP["hf_cache"], "env": SERVE_HELP["env"], "option": SERVE_HELP["option"],
             "timeout": "seconds to wait for health", "scale": "bench: multiply the recipe's token sizes",
@@ -479,7 +480,8 @@ ns.add_task(smoke)
             "written only then)", "dry_run": "print the steps, run nothing"})
 @edge
 def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_cache="~/.cache/huggingface",
-          env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, results=None, dry_run=False):
+          env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, results=None, skip=None,
+          dry_run=False):
     """One command on a Gaudi host: doctor, fixes.verify --base, build, test, serve, smoke, bench, results/, docs, stop.
 
     Resumable: a step that passed for the same image id is not run again (build/verify/ID/state.json).
@@ -496,7 +498,7 @@ def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_
                       options=tuple(option or ()), timeout_s=s.number(timeout, "--timeout", float),
                       scale=s.number(scale, "--scale", float), repeats=s.number(repeats, "--repeats"),
                       out=Path(out) if out else None, results_root=Path(results) if results else None,
-                      args=s.user_args(c.remainder, sys.argv))
+                      args=s.user_args(c.remainder, sys.argv), skip=ch.check_skip(skip))
     if dry_run:
         ch.dry_run(loaded, opts)
         return

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import CheckFailure, CookbookError
+from .errors import CheckFailure, CookbookError, UsageError
 from .paths import ROOT, fixes_dir
 from .progress import say
 from .recipes import LoadedRecipe
@@ -42,6 +42,9 @@ WHAT = {
             "the page always in the chain's folder too)",
     "stop": "remove the container serve started (on a failure, Ctrl-C and SIGTERM too)",
 }
+# Checks a run may leave out (--skip), said in the summary: e.g. the image suite on a CPU image, which
+# holds no vllm_gaudi to check. The steps that make the figures are never skipped.
+SKIPPABLE = ("doctor", "base", "test")
 PASSED, FAILED, SKIPPED, DONE, NOT_RUN = "passed", "failed", "skipped", "done before", "not run"
 
 
@@ -65,6 +68,7 @@ class Options:
     out: Path | None = None  # default build/verify/<id>
     results_root: Path | None = None  # default results/
     args: tuple[str, ...] = ()  # after the image: appended to the recipe's vLLM flags
+    skip: tuple[str, ...] = ()  # of SKIPPABLE
 
 
 # --- the state: which step passed for which image ------------------------------------------------
@@ -149,6 +153,14 @@ def _logged(out: Path, step: str) -> Iterator[None]:
         yield
 
 
+def check_skip(skip: list[str] | None) -> tuple[str, ...]:
+    bad = sorted(set(skip or ()) - set(SKIPPABLE))
+    if bad:
+        raise UsageError(f"--skip {', '.join(bad)}: only {', '.join(SKIPPABLE)} may be skipped",
+                         hint="the other steps make the figures the page shows")
+    return tuple(skip or ())
+
+
 def default_out(loaded: LoadedRecipe) -> Path:
     return ROOT / "build" / "verify" / loaded.id
 
@@ -165,6 +177,8 @@ def dry_run(loaded: LoadedRecipe, opts: Options) -> None:
         print(f"{i:2}. {step:8} {WHAT[step]}")
     print(f"base     {render.vault_base(loaded).from_ref}")
     print(f"serve    {serve.shown(serve.run_argv(spec))}")
+    for step in opts.skip:
+        print(f"skip     {step}")
     for step, entry in sorted(c.state.items()):
         print(f"earlier  {step}: {entry.get('status')} for {entry.get('image_id') or 'no image yet'}")
 
@@ -184,6 +198,10 @@ class Chain:
         if done_before(self.state, name, self.image_id):
             self.outcomes.append(Outcome(name, DONE, f"for {self.image_id[:19]}"))
             say(f"{name}: done before for this image")
+            return True
+        if name in self.opts.skip:
+            self.outcomes.append(Outcome(name, SKIPPED, "skipped: --skip"))
+            say(f"{name}: skipped (--skip)")
             return True
         say(f"step {STEPS.index(name) + 1}/{len(STEPS)}: {name}")
         try:
