@@ -469,8 +469,10 @@ def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, 
 ns.add_task(smoke)
 
 
-@task(iterable=["env", "option", "skip"],
-      help={"skip": "leave out a check: doctor, base or test (repeatable; the summary says so)",
+@task(iterable=["env", "option", "skip", "smoke_only", "bench_only"],
+      help={"smoke_only": "run only this smoke check (repeatable; default all)",
+            "bench_only": "run only this bench scenario (repeatable; default all)",
+            "skip": "leave out a check: doctor, base or test (repeatable; the summary says so)",
             "recipe": "recipe id or path", "runtime": "Docker runtime (default habana; '' for Docker's default: "
             "a CPU run, which skips the doctor)", "repo": "image repository prefix",
             "hf_cache": SERVE_HELP["hf_cache"], "env": SERVE_HELP["env"], "option": SERVE_HELP["option"],
@@ -481,7 +483,7 @@ ns.add_task(smoke)
 @edge
 def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_cache="~/.cache/huggingface",
           env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, results=None, skip=None,
-          dry_run=False):
+          smoke_only=None, bench_only=None, dry_run=False):
     """One command on a Gaudi host: doctor, fixes.verify --base, build, test, serve, smoke, bench, results/, docs, stop.
 
     Resumable: a step that passed for the same image id is not run again (build/verify/ID/state.json).
@@ -498,7 +500,8 @@ def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_
                       options=tuple(option or ()), timeout_s=s.number(timeout, "--timeout", float),
                       scale=s.number(scale, "--scale", float), repeats=s.number(repeats, "--repeats"),
                       out=Path(out) if out else None, results_root=Path(results) if results else None,
-                      args=s.user_args(c.remainder, sys.argv), skip=ch.check_skip(skip))
+                      args=s.user_args(c.remainder, sys.argv), skip=ch.check_skip(skip),
+                      smoke_only=tuple(smoke_only or ()), bench_only=tuple(bench_only or ()))
     if dry_run:
         ch.dry_run(loaded, opts)
         return

@@ -69,6 +69,8 @@ class Options:
     results_root: Path | None = None  # default results/
     args: tuple[str, ...] = ()  # after the image: appended to the recipe's vLLM flags
     skip: tuple[str, ...] = ()  # of SKIPPABLE
+    smoke_only: tuple[str, ...] = ()  # only these smoke checks (default all)
+    bench_only: tuple[str, ...] = ()  # only these bench scenarios (default all)
 
 
 # --- the state: which step passed for which image ------------------------------------------------
@@ -275,7 +277,7 @@ class Chain:
     def smoke(self, running) -> str:
         from . import smoke
 
-        result = smoke.task(str(self.loaded.path), running.url, None, self.out / "smoke", (), False,
+        result = smoke.task(str(self.loaded.path), running.url, None, self.out / "smoke", self.opts.smoke_only, False,
                             image=self.image_id, image_id=running.image_id, runtime=self.opts.runtime)
         bad = [r["name"] for r in result.rows if r["status"] == "failed"]
         if bad:
@@ -288,7 +290,8 @@ class Chain:
         facts = results.image_target(self.image_id, running.image_id, self.opts.runtime,
                                      results.image_labels(running.image_id))
         doc = bench.run(self.loaded, running.url, scale=self.opts.scale, repeats=self.opts.repeats,
-                        image=self.image_id, image_id=running.image_id, facts=facts)
+                        only=list(self.opts.bench_only) or None, image=self.image_id, image_id=running.image_id,
+                        facts=facts)
         bench.write(doc, self.out / "bench")
         print(bench.markdown(doc), end="")
         return f"{len(doc['scenarios'])} scenarios"
