@@ -470,7 +470,8 @@ ns.add_task(smoke)
 
 
 @task(iterable=["env", "option", "skip", "smoke_only", "bench_only"],
-      help={"smoke_only": "run only this smoke check (repeatable; default all)",
+      help={"port": "host port (default: the recipe's image.port)", "name": "container name "
+            "(default cookbook-verify-ID)", "smoke_only": "run only this smoke check (repeatable; default all)",
             "bench_only": "run only this bench scenario (repeatable; default all)",
             "skip": "leave out a check: doctor, base or test (repeatable; the summary says so)",
             "recipe": "recipe id or path", "runtime": "Docker runtime (default habana; '' for Docker's default: "
@@ -483,7 +484,7 @@ ns.add_task(smoke)
 @edge
 def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_cache="~/.cache/huggingface",
           env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, results=None, skip=None,
-          smoke_only=None, bench_only=None, dry_run=False):
+          port=None, name=None, smoke_only=None, bench_only=None, dry_run=False):
     """One command on a Gaudi host: doctor, fixes.verify --base, build, test, serve, smoke, bench, results/, docs, stop.
 
     Resumable: a step that passed for the same image id is not run again (build/verify/ID/state.json).
@@ -501,6 +502,7 @@ def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_
                       scale=s.number(scale, "--scale", float), repeats=s.number(repeats, "--repeats"),
                       out=Path(out) if out else None, results_root=Path(results) if results else None,
                       args=s.user_args(c.remainder, sys.argv), skip=ch.check_skip(skip),
+                      port=s.number(port, "--port") if port else None, name=name,
                       smoke_only=tuple(smoke_only or ()), bench_only=tuple(bench_only or ()))
     if dry_run:
         ch.dry_run(loaded, opts)

@@ -69,6 +69,8 @@ class Options:
     results_root: Path | None = None  # default results/
     args: tuple[str, ...] = ()  # after the image: appended to the recipe's vLLM flags
     skip: tuple[str, ...] = ()  # of SKIPPABLE
+    port: int | None = None  # host port (default the recipe's image.port)
+    name: str | None = None  # container name (default cookbook-verify-<id>)
     smoke_only: tuple[str, ...] = ()  # only these smoke checks (default all)
     bench_only: tuple[str, ...] = ()  # only these bench scenarios (default all)
 
@@ -272,7 +274,8 @@ class Chain:
 
         o = self.opts
         return serve.spec_for(self.loaded, image=self.image_id, runtime=o.runtime, hf_cache=o.hf_cache, env=o.env,
-                              options=o.options, args=o.args, name=f"cookbook-verify-{self.loaded.id}", role="smoke")
+                              options=o.options, args=o.args, port=o.port,
+                              name=o.name or f"cookbook-verify-{self.loaded.id}", role="smoke")
 
     def smoke(self, running) -> str:
         from . import smoke
@@ -349,6 +352,7 @@ def run(loaded: LoadedRecipe, opts: Options) -> Chain:
         stop_detail = "container removed"
     elif go:
         c.outcomes.append(Outcome("serve", SKIPPED, "smoke and bench passed for this image before"))
+        c.outcomes += [Outcome(s, DONE, f"for {c.image_id[:19]}") for s in ("smoke", "bench")]
         stop_detail = "skipped: nothing was started"
     if go:
         go = c.step("results", c.results) and c.step("docs", c.docs)

@@ -148,3 +148,83 @@ def test_dry_run_says_what_an_earlier_run_left(tmp_path):
     out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(tmp_path), "--dry-run", "--runtime", "")
     assert out.returncode == 0, out.stderr
     assert f"earlier  test: passed for {A}" in out.stdout and "--runtime" not in out.stdout
+
+
+@pytest.fixture(scope="module")
+def cpu_recipe(docker_engine, tmp_path_factory):
+    """The CPU image recipe (tests/cpu_image.py) on the vLLM CPU base, and the trained tiny model; the
+    chain builds the image itself."""
+    from cookbook import cpubase
+    from cookbook.errors import BuildError
+
+    from . import cpu_image
+    from .conftest import unavailable
+    from .cpu_server import tiny_model_dir
+
+    try:
+        base = cpubase.ensure()
+    except BuildError as exc:  # no CPU vLLM environment (no registry), no mmdebstrap or Debian mirror
+        unavailable(f"no vLLM CPU base image: {exc}")
+    root = tmp_path_factory.mktemp("chain-cpu")
+    return cpu_image.write_recipe(root / "recipes", base.image), cpu_image.write_pack(root / "pack"), tiny_model_dir()
+
+
+@pytest.mark.docker
+def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_path):
+    """Issue 22's CPU proof: the one command builds the CPU image, serves it under Docker's default runtime,
+    runs smoke and bench, writes the result files and renders the page with the CPU figures, as measured
+    on this very image; the container is gone afterwards. A second run on the same image redoes nothing."""
+    import os
+    import uuid
+
+    from cookbook import docs, engine, recipes, results
+    from cookbook.paths import ROOT
+
+    from . import cpu_image
+    from .conftest import TEST_REPO
+    from .cpu_server import free_port
+
+    path, pack, model = cpu_recipe
+    name = f"cookbook-test-chain-{uuid.uuid4().hex[:8]}"
+    out, res = tmp_path / "verify", tmp_path / "results"
+    cmd = [sys.executable, "-m", "invoke", "chain", "--recipe", str(path), "--runtime=", "--hf-cache=",
+           "--repo", TEST_REPO, "--name", name, "--port", str(free_port()), "--out", str(out), "--results", str(res),
+           "--env", f"COOKBOOK_MODEL_PATH={cpu_image.MODEL_IN_IMAGE}",
+           f"--option=--volume={model}:{cpu_image.MODEL_IN_IMAGE}:ro",
+           "--skip", "test",  # the image suite checks vllm_gaudi, which a CPU image does not hold
+           # The CPU base has no C++ compiler for the sampler the logprobs checks compile: a subset.
+           "--smoke-only", "known-answers", "--smoke-only", "tool-call-streamed", "--smoke-only", "health",
+           "--bench-only", "one-stream-short", "--bench-only", "cold-65k", "--scale", "0.01", "--repeats", "1",
+           "--timeout", "600", "--", "--enforce-eager"]
+    env = {**os.environ, "COOKBOOK_FIXES_DIR": str(pack),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    first = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    made_images.extend(line.split()[1] for line in (out / "build.log").read_text().splitlines()
+                       if line.startswith("tag "))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    status = {line.split()[0]: line.split()[1] for line in first.stdout.splitlines()
+              if line.split() and line.split()[0] in chain.STEPS}
+    assert status == {"doctor": "skipped", "base": "skipped", "build": "passed", "test": "skipped", "serve": "passed",
+                      "smoke": "passed", "bench": "passed", "results": "passed", "docs": "passed", "stop": "passed"}
+    assert "all steps passed" in first.stdout and (out / "summary.txt").is_file()
+    assert engine.docker("inspect", name, check=False).returncode != 0  # the server is stopped
+    # The result files the pages read, measured on the image the recipe builds now, on a CPU.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", str(pack))
+        loaded = recipes.load(str(path))
+        for kind in ("smoke", "bench"):
+            run = results.load(loaded.id, kind, res)
+            assert run.hardware == "cpu" and run.content_hash == docs.current_image(loaded, run)
+    page = (out / f"{loaded.id}.md").read_text()
+    assert "tokens/s (on CPU) |" in page and "not measured on this image" not in page.lower()
+    assert "One stream, short prompt, 256 tokens: 47.1 tokens/s | " in first.stdout  # the figures against the page's
+    assert "Application startup complete" in (out / "server.log").read_text()
+    for log in ("build", "smoke", "bench", "results", "docs"):
+        assert (out / f"{log}.log").is_file(), log
+
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    status = {line.split()[0]: " ".join(line.split()[1:3]) for line in again.stdout.splitlines()
+              if line.split() and line.split()[0] in chain.STEPS}
+    assert status["serve"].startswith("skipped") and status["stop"].startswith("skipped")
+    assert all(status[s] == "done before" for s in ("smoke", "bench", "results", "docs"))
