@@ -485,7 +485,9 @@ ns.add_task(smoke)
 def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_cache="~/.cache/huggingface",
           env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, results=None, skip=None,
           port=None, name=None, smoke_only=None, bench_only=None, dry_run=False):
-    """One command on a Gaudi host: doctor, fixes.verify --base, build, test, serve, smoke, bench, results/, docs, stop.
+    """One command on a Gaudi host, doctor to the recipe page's measured figures; resumable, one summary.
+
+    Steps: doctor, fixes.verify --base, build, test, serve, smoke, bench, results/ID/, docs, stop the server.
 
     Resumable: a step that passed for the same image id is not run again (build/verify/ID/state.json).
     Words after `--` go after the image, appended to the recipe's vLLM flags, as with `invoke serve`.
