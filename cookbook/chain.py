@@ -157,6 +157,11 @@ def _logged(out: Path, step: str) -> Iterator[None]:
         yield
 
 
+def host_blockers(checks: list, fail: str) -> list[str]:
+    """The doctor's failed checks but the image one: the chain builds and checks the image next."""
+    return [c.name for c in checks if c.status == fail and c.name != "image"]
+
+
 def check_skip(skip: list[str] | None) -> tuple[str, ...]:
     bad = sorted(set(skip or ()) - set(SKIPPABLE))
     if bad:
@@ -232,8 +237,7 @@ class Chain:
             return "skipped: Docker's default runtime (a CPU run) has no Gaudi to check"
         image = steps.moving_tag(self.loaded, self.opts.repo, False)
         checks = doctor.run(self.loaded, image, record=self.out / "doctor")  # no Gaudi at all: HostError
-        # The image check waits for build and test, which the chain runs next.
-        failed = [c.name for c in checks if c.status == doctor.FAIL and c.name != "image"]
+        failed = host_blockers(checks, doctor.FAIL)
         if failed:
             raise CheckFailure(f"this host cannot serve {self.loaded.id} yet: {', '.join(failed)}")
         return "host ready (image: built and checked next)"

@@ -228,3 +228,37 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
               if line.split() and line.split()[0] in chain.STEPS}
     assert status["serve"].startswith("skipped") and status["stop"].startswith("skipped")
     assert all(status[s] == "done before" for s in ("smoke", "bench", "results", "docs"))
+
+
+@pytest.mark.parametrize("failed, blockers", [
+    ([], []),
+    (["image"], []),                      # built and checked by the chain's next steps
+    (["runtime", "image"], ["runtime"]),
+    (["cards", "memory"], ["cards", "memory"]),
+])
+def test_only_the_image_check_of_the_doctor_waits_for_the_build(failed, blockers):
+    from cookbook import doctor
+
+    names = ["runtime", "driver", "cards", "memory", "image"]
+    checks = [doctor.Check(n, doctor.FAIL if n in failed else doctor.OK, "") for n in names]
+    assert chain.host_blockers(checks, doctor.FAIL) == blockers
+
+
+@pytest.mark.parametrize("skip, ok", [
+    (None, ()), (["test"], ("test",)), (["doctor", "base"], ("doctor", "base")),
+    (["smoke"], None), (["build"], None), (["stop"], None),
+])
+def test_only_checks_may_be_skipped_never_the_steps_that_make_the_figures(skip, ok):
+    from cookbook.errors import UsageError
+
+    if ok is None:
+        with pytest.raises(UsageError, match="may be skipped"):
+            chain.check_skip(skip)
+    else:
+        assert chain.check_skip(skip) == ok
+
+
+def test_a_step_that_may_not_be_skipped_is_one_message_exit_2(tmp_path):
+    out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--skip", "bench", "--out", str(tmp_path), "--dry-run")
+    assert out.returncode == 2 and "only doctor, base, test may be skipped" in out.stderr
+    assert "Traceback" not in out.stderr
