@@ -220,6 +220,10 @@ class Chain:
             self.outcomes.append(Outcome(name, FAILED, str(exc).splitlines()[0]))
             self._save(name, FAILED)
             return False
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM inside the server's block (serve.sigterm_as_ctrl_c)
+            self.outcomes.append(Outcome(name, FAILED, "interrupted"))
+            self._save(name, FAILED)
+            raise
         status = SKIPPED if detail and detail.startswith("skipped") else PASSED
         self.outcomes.append(Outcome(name, status, detail or ""))
         self._save(name, status)
@@ -342,8 +346,11 @@ def run(loaded: LoadedRecipe, opts: Options) -> Chain:
     from . import serve
 
     c = Chain(loaded, opts)
-    go = c.step("doctor", c.doctor) and c.step("base", c.base) and c.step("build", c.build) and \
-        c.step("test", c.test)
+    try:
+        go = c.step("doctor", c.doctor) and c.step("base", c.base) and c.step("build", c.build) and \
+            c.step("test", c.test)
+    except KeyboardInterrupt:
+        return c
     if go and needs_server(c.state, c.image_id):
         say("step 5/10: serve")
         try:
@@ -353,15 +360,21 @@ def run(loaded: LoadedRecipe, opts: Options) -> Chain:
         except CookbookError as exc:
             c.outcomes.append(Outcome("serve", FAILED, str(exc).splitlines()[0]))
             go = False
-        stop_detail = "container removed"
+        except KeyboardInterrupt:  # the container is removed by now (serve.container)
+            if not any(o.step == "serve" for o in c.outcomes):
+                c.outcomes.append(Outcome("serve", FAILED, "interrupted"))
+            go = False
+        started = any(o.step == "serve" and o.status == PASSED for o in c.outcomes)
+        c.outcomes.append(Outcome("stop", PASSED, "container removed" if started else "no container left"))
     elif go:
         c.outcomes.append(Outcome("serve", SKIPPED, "smoke and bench passed for this image before"))
         c.outcomes += [Outcome(s, DONE, f"for {c.image_id[:19]}") for s in ("smoke", "bench")]
-        stop_detail = "skipped: nothing was started"
+        c.outcomes.append(Outcome("stop", SKIPPED, "nothing was started"))
     if go:
-        go = c.step("results", c.results) and c.step("docs", c.docs)
-    if any(o.step == "serve" for o in c.outcomes):
-        c.outcomes.append(Outcome("stop", SKIPPED if stop_detail.startswith("skipped") else PASSED, stop_detail))
+        try:
+            c.step("results", c.results) and c.step("docs", c.docs)
+        except KeyboardInterrupt:
+            pass
     return c
 
 

@@ -169,15 +169,9 @@ def cpu_recipe(docker_engine, tmp_path_factory):
     return cpu_image.write_recipe(root / "recipes", base.image), cpu_image.write_pack(root / "pack"), tiny_model_dir()
 
 
-@pytest.mark.docker
-def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_path):
-    """Issue 22's CPU proof: the one command builds the CPU image, serves it under Docker's default runtime,
-    runs smoke and bench, writes the result files and renders the page with the CPU figures, as measured
-    on this very image; the container is gone afterwards. A second run on the same image redoes nothing."""
+def chain_command(cpu_recipe, name: str, out: Path, res: Path) -> tuple[list[str], dict]:
     import os
-    import uuid
 
-    from cookbook import docs, engine, recipes, results
     from cookbook.paths import ROOT
 
     from . import cpu_image
@@ -185,8 +179,6 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
     from .cpu_server import free_port
 
     path, pack, model = cpu_recipe
-    name = f"cookbook-test-chain-{uuid.uuid4().hex[:8]}"
-    out, res = tmp_path / "verify", tmp_path / "results"
     cmd = [sys.executable, "-m", "invoke", "chain", "--recipe", str(path), "--runtime=", "--hf-cache=",
            "--repo", TEST_REPO, "--name", name, "--port", str(free_port()), "--out", str(out), "--results", str(res),
            "--env", f"COOKBOOK_MODEL_PATH={cpu_image.MODEL_IN_IMAGE}",
@@ -198,9 +190,31 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
            "--timeout", "600", "--", "--enforce-eager"]
     env = {**os.environ, "COOKBOOK_FIXES_DIR": str(pack),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return cmd, env
+
+
+def built_tags(out: Path) -> list[str]:
+    log = out / "build.log"
+    lines = log.read_text().splitlines() if log.is_file() else []
+    return [line.split()[1] for line in lines if line.startswith("tag ")]
+
+
+@pytest.mark.docker
+def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_path):
+    """Issue 22's CPU proof: the one command builds the CPU image, serves it under Docker's default runtime,
+    runs smoke and bench, writes the result files and renders the page with the CPU figures, as measured
+    on this very image; the container is gone afterwards. A second run on the same image redoes nothing."""
+    import uuid
+
+    from cookbook import docs, engine, recipes, results
+    from cookbook.paths import ROOT
+
+    path, pack, _ = cpu_recipe
+    name = f"cookbook-test-chain-{uuid.uuid4().hex[:8]}"
+    out, res = tmp_path / "verify", tmp_path / "results"
+    cmd, env = chain_command(cpu_recipe, name, out, res)
     first = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
-    made_images.extend(line.split()[1] for line in (out / "build.log").read_text().splitlines()
-                       if line.startswith("tag "))
+    made_images.extend(built_tags(out))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     status = {line.split()[0]: line.split()[1] for line in first.stdout.splitlines()
               if line.split() and line.split()[0] in chain.STEPS}
@@ -262,3 +276,36 @@ def test_a_step_that_may_not_be_skipped_is_one_message_exit_2(tmp_path):
     out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--skip", "bench", "--out", str(tmp_path), "--dry-run")
     assert out.returncode == 2 and "only doctor, base, test may be skipped" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.docker
+def test_sigterm_during_smoke_stops_the_server_and_says_where_it_stopped(cpu_recipe, made_images, tmp_path):
+    import signal
+    import time
+    import uuid
+
+    from cookbook import engine
+    from cookbook.paths import ROOT
+
+    name = f"cookbook-test-chain-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "verify"
+    cmd, env = chain_command(cpu_recipe, name, out, tmp_path / "results")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 900
+        while not (out / "smoke.log").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        made_images.extend(built_tags(out))
+        assert proc.poll() is None, "the chain ended before smoke started"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stderr[-3000:]
+    assert "Traceback" not in stderr
+    lines = stdout.splitlines()
+    assert "smoke     failed       interrupted" in lines and "stop      passed       container removed" in lines
+    assert "bench     not run" in lines and "FAILED at smoke" in lines
+    assert engine.docker("inspect", name, check=False).returncode != 0
+    assert chain.load_state(out / "state.json")["smoke"]["status"] == "failed"
