@@ -467,3 +467,52 @@ def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, 
 
 
 ns.add_task(smoke)
+
+
+@task(iterable=["env", "option", "skip", "smoke_only", "bench_only"],
+      help={"port": "host port (default: the recipe's image.port)", "name": "container name "
+            "(default cookbook-verify-ID)", "smoke_only": "run only this smoke check (repeatable; default all)",
+            "bench_only": "run only this bench scenario (repeatable; default all)",
+            "skip": "leave out a check: doctor, base or test (repeatable; the summary says so)",
+            "recipe": "recipe id or path", "runtime": "Docker runtime (default habana; '' for Docker's default: "
+            "a CPU run, which skips the doctor)", "repo": "image repository prefix",
+            "hf_cache": SERVE_HELP["hf_cache"], "env": SERVE_HELP["env"], "option": SERVE_HELP["option"],
+            "timeout": "seconds to wait for health", "scale": "bench: multiply the recipe's token sizes",
+            "repeats": "bench: runs of each scenario", "out": "folder for every step's output "
+            "(default build/verify/ID)", "results": "where the result files go (default results/; docs/ is "
+            "written only then)", "dry_run": "print the steps, run nothing"})
+@edge
+def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_cache="~/.cache/huggingface",
+          env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, results=None, skip=None,
+          port=None, name=None, smoke_only=None, bench_only=None, dry_run=False):
+    """One command on a Gaudi host, doctor to the recipe page's measured figures; resumable, one summary.
+
+    Steps: doctor, fixes.verify --base, build, test, serve, smoke, bench, results/ID/, docs, stop the server.
+
+    Resumable: a step that passed for the same image id is not run again (build/verify/ID/state.json).
+    Words after `--` go after the image, appended to the recipe's vLLM flags, as with `invoke serve`.
+    """
+    from pathlib import Path
+
+    from cookbook import chain as ch
+    from cookbook import recipes
+    from cookbook import serve as s
+
+    loaded = recipes.load(recipe)
+    opts = ch.Options(runtime=runtime or None, repo=repo, hf_cache=hf_cache, env=s.parse_env(env),
+                      options=tuple(option or ()), timeout_s=s.number(timeout, "--timeout", float),
+                      scale=s.number(scale, "--scale", float), repeats=s.number(repeats, "--repeats"),
+                      out=Path(out) if out else None, results_root=Path(results) if results else None,
+                      args=s.user_args(c.remainder, sys.argv), skip=ch.check_skip(skip),
+                      port=s.number(port, "--port") if port else None, name=name,
+                      smoke_only=tuple(smoke_only or ()), bench_only=tuple(bench_only or ()))
+    if dry_run:
+        ch.dry_run(loaded, opts)
+        return
+    done = ch.run(loaded, opts)
+    print("\n".join(ch.report(done)))
+    if not ch.ok(done.outcomes):
+        raise Exit(f"the chain stopped; every step's output is in {done.out}", code=1)
+
+
+ns.add_task(chain)

@@ -162,13 +162,7 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
     children = [Child(c.recipe.title, c.recipe.adds or "", c.recipe.model.geometry == r.model.geometry)
                 for c in everything if c.recipe.extends == loaded.id and c.recipe.adds]
     parent = next((p for p in everything if p.id == r.extends), None)
-    checks = measured.join([measured.Item(c.name, c.title, c.expect)
-                            for c in (r.verified.checks if r.verified else [])], smoke, here["smoke"],
-                           measured.smoke_value)
-    expects = {s.name: s.expect for s in (r.performance.scenarios if r.performance else [])}
-    scenarios = measured.join([measured.Item(s.name, s.title, figure(s.expect))
-                               for s in (r.performance.scenarios if r.performance else [])],
-                              bench, here["bench"], lambda e: figure(_figures(e["values"], expects.get(e["name"]))))
+    checks, scenarios = measured_rows(loaded, smoke, bench, here)
     apply = f"python3 {fixes.fixplan.APPLY_ALL} --profile {r.fixes.profile}" + "".join(
         f" {n}" for n in r.fixes.opt_in)
     sources = [loaded.rel_path] + [str(results.path_for(loaded.id, k).relative_to(ROOT))
@@ -181,6 +175,22 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
         fix_rows=fix_rows(loaded, written), checks=checks, scenarios=scenarios,
         verified_note=run_note(smoke, loaded.hash, here["smoke"], "smoke"),
         bench_note=run_note(bench, loaded.hash, here["bench"], "bench"))
+
+
+def measured_rows(loaded: LoadedRecipe, smoke: results.Measured | None, bench: results.Measured | None,
+                  here: dict[str, str] | None = None) -> tuple[list[measured.Row], list[measured.Row]]:
+    """The page's Verified and Performance rows: published figure against measured (`invoke chain`'s
+    summary shows the same rows)."""
+    r = loaded.recipe
+    here = here or {"smoke": current_image(loaded, smoke), "bench": current_image(loaded, bench)}
+    checks = measured.join([measured.Item(c.name, c.title, c.expect)
+                            for c in (r.verified.checks if r.verified else [])], smoke, here["smoke"],
+                           measured.smoke_value)
+    expects = {s.name: s.expect for s in (r.performance.scenarios if r.performance else [])}
+    scenarios = measured.join([measured.Item(s.name, s.title, figure(s.expect))
+                               for s in (r.performance.scenarios if r.performance else [])],
+                              bench, here["bench"], lambda e: figure(_figures(e["values"], expects.get(e["name"]))))
+    return checks, scenarios
 
 
 def _figures(values: dict, expect: dict | None = None) -> dict:

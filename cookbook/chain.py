@@ -1,0 +1,391 @@
+"""`invoke chain`: one command on a Gaudi host, from a bare host to the recipe page's measured figures.
+
+doctor -> fixes.verify --base -> build -> test -> serve -> smoke -> bench -> result files -> docs -> stop.
+Each step calls the function its own task calls; this module only orders them, keeps their output
+under build/verify/<id>/, remembers what passed for which image (state.json), and sums up.
+
+Resumable: the build always runs (Docker's cache makes a second build quick, and it names the image);
+a step that passed for the same image id before is not run again. Steps before the build are cheap
+and always run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import CheckFailure, CookbookError, UsageError
+from .paths import ROOT, fixes_dir
+from .progress import say
+from .recipes import LoadedRecipe
+
+STEPS = ("doctor", "base", "build", "test", "serve", "smoke", "bench", "results", "docs", "stop")
+# Steps whose work belongs to one image: skipped when they passed for that image id before.
+PER_IMAGE = ("test", "smoke", "bench", "results", "docs")
+WHAT = {
+    "doctor": "invoke doctor: can this host serve the recipe (its image check waits for build and test)",
+    "base": "invoke fixes.verify --base BASE: the pack against the base's own files (skipped when the base is "
+            "not on this engine)",
+    "build": "invoke build: the recipe's image (Docker's cache makes a rebuild quick)",
+    "test": "invoke test: the image checks",
+    "serve": "invoke serve: the image, healthy (kept up for smoke and bench only)",
+    "smoke": "invoke smoke: the recipe's Verified checks",
+    "bench": "invoke bench: the recipe's performance scenarios",
+    "results": "copy smoke.json and bench.json to results/ID/ (the files the pages read)",
+    "docs": "invoke docs: the recipe page with the measured figures (docs/ only when results/ was written; "
+            "the page always in the chain's folder too)",
+    "stop": "remove the container serve started (on a failure, Ctrl-C and SIGTERM too)",
+}
+# Checks a run may leave out (--skip), said in the summary: e.g. the image suite on a CPU image, which
+# holds no vllm_gaudi to check. The steps that make the figures are never skipped.
+SKIPPABLE = ("doctor", "base", "test")
+PASSED, FAILED, SKIPPED, DONE, NOT_RUN = "passed", "failed", "skipped", "done before", "not run"
+
+
+@dataclass
+class Outcome:
+    step: str
+    status: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Options:
+    runtime: str | None = "habana"  # None: Docker's default runtime (the CPU proof)
+    repo: str = "gaudi-cookbook"
+    hf_cache: str | None = "~/.cache/huggingface"
+    env: dict = field(default_factory=dict)
+    options: tuple[str, ...] = ()
+    timeout_s: float = 1800.0
+    scale: float = 1.0
+    repeats: int = 3
+    out: Path | None = None  # default build/verify/<id>
+    results_root: Path | None = None  # default results/
+    args: tuple[str, ...] = ()  # after the image: appended to the recipe's vLLM flags
+    skip: tuple[str, ...] = ()  # of SKIPPABLE
+    port: int | None = None  # host port (default the recipe's image.port)
+    name: str | None = None  # container name (default cookbook-verify-<id>)
+    smoke_only: tuple[str, ...] = ()  # only these smoke checks (default all)
+    bench_only: tuple[str, ...] = ()  # only these bench scenarios (default all)
+
+
+# --- the state: which step passed for which image ------------------------------------------------
+
+def load_state(path: Path) -> dict:
+    """The saved state, or none: a state that does not read is redone, never trusted."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and all(isinstance(v, dict) for v in data.values()) else {}
+
+
+def save_state(path: Path, state: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def done_before(state: dict, step: str, image_id: str | None) -> bool:
+    """A per-image step that passed for exactly this image id."""
+    entry = state.get(step) or {}
+    return (step in PER_IMAGE and bool(image_id) and entry.get("image_id") == image_id
+            and entry.get("status") == PASSED)
+
+
+def recorded(state: dict, step: str, image_id: str | None, status: str) -> dict:
+    """The state after `step` ended with `status` on `image_id` (a new dict)."""
+    return {**state, step: {"image_id": image_id, "status": status}}
+
+
+def needs_server(state: dict, image_id: str | None) -> bool:
+    return not (done_before(state, "smoke", image_id) and done_before(state, "bench", image_id))
+
+
+# --- the summary ---------------------------------------------------------------------------------
+
+def summary(outcomes: list[Outcome], checks: list, scenarios: list) -> list[str]:
+    """One table of steps (every step named, those never reached 'not run'), then the page's rows:
+    published figure against measured (measured.Row)."""
+    seen = {o.step: o for o in outcomes}
+    lines = ["step      result       detail"]
+    for step in STEPS:
+        o = seen.get(step, Outcome(step, NOT_RUN))
+        lines.append(f"{step:9} {o.status:12} {o.detail}".rstrip())
+    for title, rows in (("Verified", checks), ("Performance", scenarios)):
+        if rows:
+            lines.append(f"{title}: published | measured")
+            lines += [f"  {r.title}: {r.published} | {r.measured}" for r in rows]
+    failed = [o.step for o in outcomes if o.status == FAILED]
+    lines.append(f"FAILED at {failed[0]}" if failed else "all steps passed")
+    return lines
+
+
+def ok(outcomes: list[Outcome]) -> bool:
+    return not any(o.status == FAILED for o in outcomes)
+
+
+# --- running it -----------------------------------------------------------------------------------
+
+class _Tee:
+    """A step's stdout on the terminal and in its log file."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self):
+        for s in self.streams:
+            s.flush()
+
+
+@contextlib.contextmanager
+def _logged(out: Path, step: str) -> Iterator[None]:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{step}.log", "w") as log, contextlib.redirect_stdout(_Tee(sys.stdout, log)):
+        yield
+
+
+def host_blockers(checks: list, fail: str) -> list[str]:
+    """The doctor's failed checks but the image one: the chain builds and checks the image next."""
+    return [c.name for c in checks if c.status == fail and c.name != "image"]
+
+
+def check_skip(skip: list[str] | None) -> tuple[str, ...]:
+    bad = sorted(set(skip or ()) - set(SKIPPABLE))
+    if bad:
+        raise UsageError(f"--skip {', '.join(bad)}: only {', '.join(SKIPPABLE)} may be skipped",
+                         hint="the other steps make the figures the page shows")
+    return tuple(skip or ())
+
+
+def default_out(loaded: LoadedRecipe) -> Path:
+    return ROOT / "build" / "verify" / loaded.id
+
+
+def dry_run(loaded: LoadedRecipe, opts: Options) -> None:
+    """The steps, with the base the pack is checked against, the container smoke and bench run against,
+    and what an earlier run left (state.json)."""
+    from . import render, serve, steps
+
+    c = Chain(loaded, opts)
+    spec = dataclasses.replace(c.spec(), image=steps.moving_tag(loaded, opts.repo, False))
+    print(f"would run for {loaded.id}, writing under {c.out}:")
+    for i, step in enumerate(STEPS, 1):
+        print(f"{i:2}. {step:8} {WHAT[step]}")
+    print(f"base     {render.vault_base(loaded).from_ref}")
+    print(f"serve    {serve.shown(serve.run_argv(spec))}")
+    for step in opts.skip:
+        print(f"skip     {step}")
+    for step, entry in sorted(c.state.items()):
+        print(f"earlier  {step}: {entry.get('status')} for {entry.get('image_id') or 'no image yet'}")
+
+
+class Chain:
+    """The steps in order; `step` runs one, records it, and stops the chain at the first failure."""
+
+    def __init__(self, loaded: LoadedRecipe, opts: Options):
+        self.loaded, self.opts = loaded, opts
+        self.out = opts.out or default_out(loaded)
+        self.state_path = self.out / "state.json"
+        self.state = load_state(self.state_path)
+        self.outcomes: list[Outcome] = []
+        self.image_id: str | None = None
+
+    def step(self, name: str, work: Callable[[], str | None]) -> bool:
+        if done_before(self.state, name, self.image_id):
+            self.outcomes.append(Outcome(name, DONE, f"for {self.image_id[:19]}"))
+            say(f"{name}: done before for this image")
+            return True
+        if name in self.opts.skip:
+            self.outcomes.append(Outcome(name, SKIPPED, "skipped: --skip"))
+            say(f"{name}: skipped (--skip)")
+            return True
+        say(f"step {STEPS.index(name) + 1}/{len(STEPS)}: {name}")
+        try:
+            with _logged(self.out, name):
+                detail = work()
+        except CookbookError as exc:
+            self.outcomes.append(Outcome(name, FAILED, str(exc).splitlines()[0]))
+            self._save(name, FAILED)
+            return False
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM inside the server's block (serve.sigterm_as_ctrl_c)
+            self.outcomes.append(Outcome(name, FAILED, "interrupted"))
+            self._save(name, FAILED)
+            raise
+        status = SKIPPED if detail and detail.startswith("skipped") else PASSED
+        self.outcomes.append(Outcome(name, status, detail or ""))
+        self._save(name, status)
+        return True
+
+    def _save(self, name: str, status: str) -> None:
+        self.state = recorded(self.state, name, self.image_id, status)
+        save_state(self.state_path, self.state)
+
+    # the steps, each the function its task calls
+    def doctor(self) -> str:
+        from . import doctor, steps
+
+        if not self.opts.runtime:
+            return "skipped: Docker's default runtime (a CPU run) has no Gaudi to check"
+        image = steps.moving_tag(self.loaded, self.opts.repo, False)
+        checks = doctor.run(self.loaded, image, record=self.out / "doctor")  # no Gaudi at all: HostError
+        failed = host_blockers(checks, doctor.FAIL)
+        if failed:
+            raise CheckFailure(f"this host cannot serve {self.loaded.id} yet: {', '.join(failed)}")
+        return "host ready (image: built and checked next)"
+
+    def base(self) -> str:
+        from . import engine, fix_base, fixes, render
+
+        ref = render.vault_base(self.loaded).from_ref
+        profile = self.loaded.recipe.fixes.profile
+        if not fixes.load_profile(profile, fixes_dir()).order:
+            return f"skipped: profile {profile} selects no fixes"
+        if not engine.image_exists(ref):
+            return f"skipped: {ref} is not on this engine (the build pulls it; run fixes.verify --base then)"
+        report = fix_base.verify_base(ref, self.loaded.recipe.fixes.profile, out=self.out / "base")
+        for line in fix_base.describe(report):
+            print(line)
+        if report.code:
+            raise CheckFailure(fix_base.failure(report))
+        return f"the pack applies as recorded to {ref}"
+
+    def build(self) -> str:
+        from . import steps
+
+        built = steps.build_recipe(str(self.loaded.path), False, None, self.opts.repo, False)
+        self.image_id = built.image_id
+        return built.image_id[:19]
+
+    def test(self) -> str:
+        from . import imagecheck, steps
+
+        result = imagecheck.run(self.loaded, self.image_id, steps.base_for(self.loaded, False))
+        if not result.passed:
+            raise CheckFailure(f"image checks failed; evidence in {result.evidence}")
+        return f"evidence {result.evidence}"
+
+    def spec(self):
+        from . import serve
+
+        o = self.opts
+        return serve.spec_for(self.loaded, image=self.image_id, runtime=o.runtime, hf_cache=o.hf_cache, env=o.env,
+                              options=o.options, args=o.args, port=o.port,
+                              name=o.name or f"cookbook-verify-{self.loaded.id}", role="smoke")
+
+    def smoke(self, running) -> str:
+        from . import smoke
+
+        result = smoke.task(str(self.loaded.path), running.url, None, self.out / "smoke", self.opts.smoke_only, False,
+                            image=self.image_id, image_id=running.image_id, runtime=self.opts.runtime)
+        bad = [r["name"] for r in result.rows if r["status"] == "failed"]
+        if bad:
+            raise CheckFailure(f"smoke checks failed: {', '.join(bad)}")
+        return f"{len(result.rows)} checks"
+
+    def bench(self, running) -> str:
+        from . import bench, results
+
+        facts = results.image_target(self.image_id, running.image_id, self.opts.runtime,
+                                     results.image_labels(running.image_id))
+        doc = bench.run(self.loaded, running.url, scale=self.opts.scale, repeats=self.opts.repeats,
+                        only=list(self.opts.bench_only) or None, image=self.image_id, image_id=running.image_id,
+                        facts=facts)
+        bench.write(doc, self.out / "bench")
+        print(bench.markdown(doc), end="")
+        return f"{len(doc['scenarios'])} scenarios"
+
+    def results(self) -> str:
+        from . import results
+
+        root = self.opts.results_root or results.RESULTS
+        for kind in ("smoke", "bench"):
+            dest = results.path_for(self.loaded.id, kind, root)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.out / kind / f"{kind}.json", dest)
+            results.load(self.loaded.id, kind, root)  # the page reads it back: refuse a file it cannot
+        return f"{root / self.loaded.id}"
+
+    def docs(self) -> str:
+        """The repository's pages (`invoke docs`) when the results went into its results/ folder; and
+        always this recipe's page, as it reads the results now, under the chain's folder."""
+        from . import docs, fixes, recipes, results
+
+        root = self.opts.results_root or results.RESULTS
+        said = ""
+        if root.resolve() == results.RESULTS.resolve() and self.loaded.id in recipes.known_ids():
+            said = f"docs/: {len(docs.write())} files written; "
+        smoke, bench = results.load(self.loaded.id, "smoke", root), results.load(self.loaded.id, "bench", root)
+        page = self.out / f"{self.loaded.id}.md"
+        page.write_text(docs.recipe_page(self.loaded, [self.loaded], set(fixes.fix_names()), smoke, bench))
+        return said + f"page {page}"
+
+    def figures(self) -> tuple[list, list]:
+        from . import docs, results
+
+        root = self.opts.results_root or results.RESULTS
+        return docs.measured_rows(self.loaded, results.load(self.loaded.id, "smoke", root),
+                                  results.load(self.loaded.id, "bench", root))
+
+
+def run(loaded: LoadedRecipe, opts: Options) -> Chain:
+    """The whole chain; the container serve starts is removed when smoke and bench end, whatever happens
+    (serve.container: failure, Ctrl-C, SIGTERM)."""
+    from . import serve
+
+    c = Chain(loaded, opts)
+    try:
+        go = c.step("doctor", c.doctor) and c.step("base", c.base) and c.step("build", c.build) and \
+            c.step("test", c.test)
+    except KeyboardInterrupt:
+        return c
+    if go and needs_server(c.state, c.image_id):
+        say("step 5/10: serve")
+        try:
+            with serve.container(c.spec(), c.out / "server.log", opts.timeout_s) as r:
+                c.outcomes.append(Outcome("serve", PASSED, f"{r.url}, log {c.out / 'server.log'}"))
+                go = c.step("smoke", lambda: c.smoke(r)) and c.step("bench", lambda: c.bench(r))
+        except CookbookError as exc:
+            c.outcomes.append(Outcome("serve", FAILED, str(exc).splitlines()[0]))
+            go = False
+        except KeyboardInterrupt:  # the container is removed by now (serve.container)
+            if not any(o.step == "serve" for o in c.outcomes):
+                c.outcomes.append(Outcome("serve", FAILED, "interrupted"))
+            go = False
+        started = any(o.step == "serve" and o.status == PASSED for o in c.outcomes)
+        c.outcomes.append(Outcome("stop", PASSED, "container removed" if started else "no container left"))
+    elif go:
+        c.outcomes.append(Outcome("serve", SKIPPED, "smoke and bench passed for this image before"))
+        c.outcomes += [Outcome(s, DONE, f"for {c.image_id[:19]}") for s in ("smoke", "bench")]
+        c.outcomes.append(Outcome("stop", SKIPPED, "nothing was started"))
+    if go:
+        try:
+            c.step("results", c.results) and c.step("docs", c.docs)
+        except KeyboardInterrupt:
+            pass
+    return c
+
+
+def report(c: Chain) -> list[str]:
+    """The summary, also written to build/verify/<id>/summary.txt."""
+    try:
+        checks, scenarios = c.figures()
+    except CookbookError as exc:
+        checks, scenarios = [], []
+        say(f"figures: {exc}")
+    lines = summary(c.outcomes, checks, scenarios)
+    c.out.mkdir(parents=True, exist_ok=True)
+    (c.out / "summary.txt").write_text("\n".join(lines) + "\n")
+    return lines

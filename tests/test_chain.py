@@ -1,0 +1,311 @@
+"""cookbook/chain.py: `invoke chain`'s resumable state (a step that passed for the same image id is not
+run again), its one summary, and its dry run through invoke."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cookbook import chain, recipes
+from cookbook.errors import CheckFailure
+from cookbook.measured import Row
+
+A, B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+
+
+@pytest.mark.parametrize("state, step, image_id, skip", [
+    ({}, "test", A, False),                                                  # never ran
+    ({"test": {"image_id": A, "status": "passed"}}, "test", A, True),        # passed on this image
+    ({"test": {"image_id": A, "status": "passed"}}, "test", B, False),       # another image: redo
+    ({"test": {"image_id": A, "status": "failed"}}, "test", A, False),       # failed: redo
+    ({"test": {"image_id": A, "status": "skipped"}}, "test", A, False),      # skipped is not done
+    ({"test": {"image_id": A, "status": "passed"}}, "test", None, False),    # image not known yet
+    ({"build": {"image_id": A, "status": "passed"}}, "build", A, False),     # build always runs
+    ({"doctor": {"image_id": A, "status": "passed"}}, "doctor", A, False),   # the host may have changed
+    ({"smoke": {"image_id": A, "status": "passed"}}, "smoke", A, True),
+    ({"docs": {"image_id": A, "status": "passed"}}, "docs", A, True),
+])
+def test_done_before(state, step, image_id, skip):
+    assert chain.done_before(state, step, image_id) is skip
+
+
+@pytest.mark.parametrize("state, image_id, serve", [
+    ({}, A, True),
+    ({"smoke": {"image_id": A, "status": "passed"}}, A, True),
+    ({"smoke": {"image_id": A, "status": "passed"}, "bench": {"image_id": A, "status": "passed"}}, A, False),
+    ({"smoke": {"image_id": A, "status": "passed"}, "bench": {"image_id": A, "status": "passed"}}, B, True),
+])
+def test_the_server_starts_only_when_smoke_or_bench_is_left(state, image_id, serve):
+    assert chain.needs_server(state, image_id) is serve
+
+
+@pytest.mark.parametrize("text, state", [
+    (None, {}),
+    ("not json", {}),
+    ("[1, 2]", {}),
+    ('{"test": "passed"}', {}),
+    ('{"test": {"image_id": "x", "status": "passed"}}', {"test": {"image_id": "x", "status": "passed"}}),
+])
+def test_a_state_that_does_not_read_is_redone_not_trusted(tmp_path, text, state):
+    path = tmp_path / "state.json"
+    if text is not None:
+        path.write_text(text)
+    assert chain.load_state(path) == state
+
+
+def test_recorded_state_round_trips(tmp_path):
+    state = chain.recorded(chain.recorded({}, "build", A, "passed"), "test", A, "failed")
+    chain.save_state(tmp_path / "v" / "state.json", state)
+    assert chain.load_state(tmp_path / "v" / "state.json") == state
+    assert not chain.done_before(state, "test", A)
+
+
+def loaded():
+    return recipes.load("qwen3.5-27b-fp8")
+
+
+def test_a_second_run_on_the_same_image_skips_what_passed_and_stops_at_a_failure(tmp_path):
+    ran = []
+
+    def work(name, fail=False):
+        def go():
+            ran.append(name)
+            print(f"{name} output")
+            if fail:
+                raise CheckFailure(f"{name} broke\nsecond line")
+            return "fine"
+        return go
+
+    first = chain.Chain(loaded(), chain.Options(out=tmp_path))
+    first.image_id = A
+    assert first.step("test", work("test")) and not first.step("smoke", work("smoke", fail=True))
+    assert (tmp_path / "test.log").read_text() == "test output\n"
+    assert json.loads((tmp_path / "state.json").read_text())["smoke"] == {"image_id": A, "status": "failed"}
+
+    again = chain.Chain(loaded(), chain.Options(out=tmp_path))
+    again.image_id = A
+    assert again.step("test", work("test")) and again.step("smoke", work("smoke"))
+    assert ran == ["test", "smoke", "smoke"]
+    assert [(o.step, o.status) for o in again.outcomes] == [("test", "done before"), ("smoke", "passed")]
+
+    other = chain.Chain(loaded(), chain.Options(out=tmp_path))
+    other.image_id = B  # a new image: everything again
+    other.step("test", work("test"))
+    assert ran[-1] == "test" and other.outcomes[0].status == "passed"
+
+
+ROWS = [Row("Tool call", "valid JSON", "valid JSON (on CPU)", "2026-12-04", "sha256:aaaa", True)]
+PERF = [Row("Decode", "30 tok/s", "not measured on this image", "-", "-", False)]
+
+
+@pytest.mark.parametrize("outcomes, checks, scenarios, want", [
+    ([], [], [], ["doctor    not run", "stop      not run", "all steps passed"]),
+    ([chain.Outcome("doctor", "passed", "host ready"), chain.Outcome("base", "skipped", "skipped: not local"),
+      chain.Outcome("build", "failed", "no base")], [], [],
+     ["doctor    passed       host ready", "base      skipped      skipped: not local",
+      "build     failed       no base", "test      not run", "FAILED at build"]),
+    ([chain.Outcome("smoke", "done before", "for sha256:aaaa")], ROWS, PERF,
+     ["smoke     done before  for sha256:aaaa", "Verified: published | measured",
+      "  Tool call: valid JSON | valid JSON (on CPU)", "Performance: published | measured",
+      "  Decode: 30 tok/s | not measured on this image"]),
+])
+def test_summary(outcomes, checks, scenarios, want):
+    lines = chain.summary(outcomes, checks, scenarios)
+    assert lines[0].startswith("step")
+    assert len([line for line in lines if line.split() and line.split()[0] in chain.STEPS]) == len(chain.STEPS)
+    for line in want:
+        assert line in lines
+
+
+def test_the_summary_shows_the_pages_rows():
+    from cookbook import docs
+    checks, scenarios = docs.measured_rows(loaded(), None, None)
+    lines = chain.summary([], checks, scenarios)
+    assert all(f"  {r.title}: {r.published} | not measured yet" in lines for r in checks + scenarios)
+    assert checks and scenarios
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess:
+    beside = Path(sys.executable).parent / "invoke"
+    cmd = [str(beside)] if beside.exists() else [sys.executable, "-m", "invoke"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+
+
+def test_dry_run_prints_the_steps_and_runs_nothing(tmp_path):
+    out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(tmp_path / "v"), "--dry-run")
+    assert out.returncode == 0, out.stderr
+    steps = [line.split()[1] for line in out.stdout.splitlines() if line[:3].strip().rstrip(".").isdigit()]
+    assert steps == list(chain.STEPS)
+    assert "--runtime=habana" in out.stdout and "gaudi-cookbook/qwen3.6-27b-fp8:" in out.stdout
+    assert "vault.habana.ai" in out.stdout
+    assert not (tmp_path / "v").exists()
+
+
+def test_dry_run_says_what_an_earlier_run_left(tmp_path):
+    chain.save_state(tmp_path / "state.json", chain.recorded({}, "test", A, "passed"))
+    out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(tmp_path), "--dry-run", "--runtime", "")
+    assert out.returncode == 0, out.stderr
+    assert f"earlier  test: passed for {A}" in out.stdout and "--runtime" not in out.stdout
+
+
+@pytest.fixture(scope="module")
+def cpu_recipe(docker_engine, tmp_path_factory):
+    """The CPU image recipe (tests/cpu_image.py) on the vLLM CPU base, and the trained tiny model; the
+    chain builds the image itself."""
+    from cookbook import cpubase
+    from cookbook.errors import BuildError
+
+    from . import cpu_image
+    from .conftest import unavailable
+    from .cpu_server import tiny_model_dir
+
+    try:
+        base = cpubase.ensure()
+    except BuildError as exc:  # no CPU vLLM environment (no registry), no mmdebstrap or Debian mirror
+        unavailable(f"no vLLM CPU base image: {exc}")
+    root = tmp_path_factory.mktemp("chain-cpu")
+    return cpu_image.write_recipe(root / "recipes", base.image), cpu_image.write_pack(root / "pack"), tiny_model_dir()
+
+
+def chain_command(cpu_recipe, name: str, out: Path, res: Path) -> tuple[list[str], dict]:
+    import os
+
+    from cookbook.paths import ROOT
+
+    from . import cpu_image
+    from .conftest import TEST_REPO
+    from .cpu_server import free_port
+
+    path, pack, model = cpu_recipe
+    cmd = [sys.executable, "-m", "invoke", "chain", "--recipe", str(path), "--runtime=", "--hf-cache=",
+           "--repo", TEST_REPO, "--name", name, "--port", str(free_port()), "--out", str(out), "--results", str(res),
+           "--env", f"COOKBOOK_MODEL_PATH={cpu_image.MODEL_IN_IMAGE}",
+           f"--option=--volume={model}:{cpu_image.MODEL_IN_IMAGE}:ro",
+           "--skip", "test",  # the image suite checks vllm_gaudi, which a CPU image does not hold
+           # The CPU base has no C++ compiler for the sampler the logprobs checks compile: a subset.
+           "--smoke-only", "known-answers", "--smoke-only", "tool-call-streamed", "--smoke-only", "health",
+           "--bench-only", "one-stream-short", "--bench-only", "cold-65k", "--scale", "0.01", "--repeats", "1",
+           "--timeout", "600", "--", "--enforce-eager"]
+    env = {**os.environ, "COOKBOOK_FIXES_DIR": str(pack),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return cmd, env
+
+
+def built_tags(out: Path) -> list[str]:
+    log = out / "build.log"
+    lines = log.read_text().splitlines() if log.is_file() else []
+    return [line.split()[1] for line in lines if line.startswith("tag ")]
+
+
+@pytest.mark.docker
+def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_path):
+    """Issue 22's CPU proof: the one command builds the CPU image, serves it under Docker's default runtime,
+    runs smoke and bench, writes the result files and renders the page with the CPU figures, as measured
+    on this very image; the container is gone afterwards. A second run on the same image redoes nothing."""
+    import uuid
+
+    from cookbook import docs, engine, recipes, results
+    from cookbook.paths import ROOT
+
+    path, pack, _ = cpu_recipe
+    name = f"cookbook-test-chain-{uuid.uuid4().hex[:8]}"
+    out, res = tmp_path / "verify", tmp_path / "results"
+    cmd, env = chain_command(cpu_recipe, name, out, res)
+    first = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    made_images.extend(built_tags(out))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    status = {line.split()[0]: line.split()[1] for line in first.stdout.splitlines()
+              if line.split() and line.split()[0] in chain.STEPS}
+    assert status == {"doctor": "skipped", "base": "skipped", "build": "passed", "test": "skipped", "serve": "passed",
+                      "smoke": "passed", "bench": "passed", "results": "passed", "docs": "passed", "stop": "passed"}
+    assert "all steps passed" in first.stdout and (out / "summary.txt").is_file()
+    assert engine.docker("inspect", name, check=False).returncode != 0  # the server is stopped
+    # The result files the pages read, measured on the image the recipe builds now, on a CPU.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", str(pack))
+        loaded = recipes.load(str(path))
+        for kind in ("smoke", "bench"):
+            run = results.load(loaded.id, kind, res)
+            assert run.hardware == "cpu" and run.content_hash == docs.current_image(loaded, run)
+    page = (out / f"{loaded.id}.md").read_text()
+    assert "tokens/s (on CPU) |" in page and "not measured on this image" not in page.lower()
+    assert "One stream, short prompt, 256 tokens: 47.1 tokens/s | " in first.stdout  # the figures against the page's
+    assert "Application startup complete" in (out / "server.log").read_text()
+    for log in ("build", "smoke", "bench", "results", "docs"):
+        assert (out / f"{log}.log").is_file(), log
+
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    status = {line.split()[0]: " ".join(line.split()[1:3]) for line in again.stdout.splitlines()
+              if line.split() and line.split()[0] in chain.STEPS}
+    assert status["serve"].startswith("skipped") and status["stop"].startswith("skipped")
+    assert all(status[s] == "done before" for s in ("smoke", "bench", "results", "docs"))
+
+
+@pytest.mark.parametrize("failed, blockers", [
+    ([], []),
+    (["image"], []),                      # built and checked by the chain's next steps
+    (["runtime", "image"], ["runtime"]),
+    (["cards", "memory"], ["cards", "memory"]),
+])
+def test_only_the_image_check_of_the_doctor_waits_for_the_build(failed, blockers):
+    from cookbook import doctor
+
+    names = ["runtime", "driver", "cards", "memory", "image"]
+    checks = [doctor.Check(n, doctor.FAIL if n in failed else doctor.OK, "") for n in names]
+    assert chain.host_blockers(checks, doctor.FAIL) == blockers
+
+
+@pytest.mark.parametrize("skip, ok", [
+    (None, ()), (["test"], ("test",)), (["doctor", "base"], ("doctor", "base")),
+    (["smoke"], None), (["build"], None), (["stop"], None),
+])
+def test_only_checks_may_be_skipped_never_the_steps_that_make_the_figures(skip, ok):
+    from cookbook.errors import UsageError
+
+    if ok is None:
+        with pytest.raises(UsageError, match="may be skipped"):
+            chain.check_skip(skip)
+    else:
+        assert chain.check_skip(skip) == ok
+
+
+def test_a_step_that_may_not_be_skipped_is_one_message_exit_2(tmp_path):
+    out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--skip", "bench", "--out", str(tmp_path), "--dry-run")
+    assert out.returncode == 2 and "only doctor, base, test may be skipped" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.docker
+def test_sigterm_during_smoke_stops_the_server_and_says_where_it_stopped(cpu_recipe, made_images, tmp_path):
+    import signal
+    import time
+    import uuid
+
+    from cookbook import engine
+    from cookbook.paths import ROOT
+
+    name = f"cookbook-test-chain-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "verify"
+    cmd, env = chain_command(cpu_recipe, name, out, tmp_path / "results")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 900
+        while not (out / "smoke.log").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        made_images.extend(built_tags(out))
+        assert proc.poll() is None, "the chain ended before smoke started"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stderr[-3000:]
+    assert "Traceback" not in stderr
+    lines = stdout.splitlines()
+    assert "smoke     failed       interrupted" in lines and "stop      passed       container removed" in lines
+    assert "bench     not run" in lines and "FAILED at smoke" in lines
+    assert engine.docker("inspect", name, check=False).returncode != 0
+    assert chain.load_state(out / "state.json")["smoke"]["status"] == "failed"
