@@ -266,15 +266,18 @@ class Connections:
             except (IndexError, ValueError):
                 raise BadAnswer(f"a status line that is not HTTP: {printable(repr(b' '.join(status)[:60]))}") \
                     from None
-        except (OSError, asyncio.IncompleteReadError) as exc:  # a read's timeout is an OSError too
-            what = "the answer broke off" if answered else "no answer"
-            raise ServerError(f"{path}: {what} from {self.url}: {printable(str(exc)) or type(exc).__name__}") \
-                from None
-        except BadAnswer as exc:
-            raise BadAnswer(f"{path}: {self.url} sent {exc.what}") from None
+        except (OSError, asyncio.IncompleteReadError, BadAnswer) as exc:  # a read's timeout is an OSError too
+            raise self._failure(path, exc, answered) from None
         finally:
             if writer is not None:
                 writer.close()
+
+    def _failure(self, path: str, exc: Exception, answered: bool) -> Exception:
+        """The one-line error a request's failure becomes: the server's (exit 3), with the path and URL."""
+        if isinstance(exc, BadAnswer):
+            return BadAnswer(f"{path}: {self.url} sent {exc.what}")
+        what = "the answer broke off" if answered else "no answer"
+        return ServerError(f"{path}: {what} from {self.url}: {printable(str(exc)) or type(exc).__name__}")
 
     async def events(self, path: str, body: dict) -> AsyncIterator[tuple[float, dict]]:
         """POST `body` to `path` with a stream in return: each server-sent event with the perf_counter
@@ -313,14 +316,10 @@ class Connections:
             if headers.get("transfer-encoding") == "chunked" and headers.get("connection") != "close":
                 self.idle.append((reader, writer))
                 writer = None
-        except (OSError, asyncio.IncompleteReadError) as exc:  # a read's timeout is an OSError too
+        except (OSError, asyncio.IncompleteReadError, BadAnswer) as exc:  # a read's timeout is an OSError too
             if reused and not answered and isinstance(exc, ConnectionError):
                 raise _Stale from exc
-            what = "the answer broke off" if answered else "no answer"
-            raise ServerError(f"{path}: {what} from {self.url}: {printable(str(exc)) or type(exc).__name__}") \
-                from None
-        except BadAnswer as exc:
-            raise BadAnswer(f"{path}: {self.url} sent {exc.what}") from None
+            raise self._failure(path, exc, answered) from None
         finally:
             if writer is not None:
                 writer.close()

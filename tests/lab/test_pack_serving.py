@@ -59,7 +59,8 @@ def test_every_request_gives_what_it_gives_alone(served, yardstick):
     alone = yardstick(requests)
     flips: list[str] = []
     bad = [d for r in requests for d in _serving.differences(r.name, served.outputs[r.name], alone[r.name],
-                                                             seeded=r.feature.startswith("seeded"), flips=flips)]
+                                                             seeded=r.feature.startswith("seeded")
+                                                             or r.feature in _serving.MARGIN_UNSEEN, flips=flips)]
     assert not bad, f"{len(bad)} departures from the requests served alone:\n" + "\n".join(bad)
     assert len(flips) <= 3, f"too many tokens broken another way than alone: {flips}"
 
