@@ -163,3 +163,17 @@ def lacking_gdn(tmp_path, monkeypatch):
     fixes.write_index(fixes_dir=pack)
     monkeypatch.setenv("COOKBOOK_FIXES_DIR", str(pack))
     return pack
+
+
+@pytest.fixture(scope="session")
+def hostile_url():
+    """A real hostile HTTP server on 127.0.0.1 (tests/hostile_http.py): its base URL; each path is a way
+    to break the client (test_openai_client, test_smoke)."""
+    from . import hostile_http
+
+    server, url = hostile_http.start()
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -201,7 +201,7 @@ def built_tags(out: Path) -> list[str]:
 
 @pytest.mark.docker
 def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_path):
-    """Issue 22's CPU proof: the one command builds the CPU image, serves it under Docker's default runtime,
+    """The chain proved on CPU: the one command builds the CPU image, serves it under Docker's default runtime,
     runs smoke and bench, writes the result files and renders the page with the CPU figures, as measured
     on this very image; the container is gone afterwards. A second run on the same image redoes nothing."""
     import uuid

@@ -16,8 +16,6 @@ from cookbook.errors import UsageError
 from cookbook.openai_client import BadAnswer, Connections, Server, ServerError, Unreachable, check_url, sse_events
 from cookbook.paths import ROOT
 
-from . import hostile_http
-
 
 @pytest.mark.parametrize("url,expect", [
     ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
@@ -173,16 +171,6 @@ except ServerError as exc:
 print(json.dumps({"error": error, "seconds": time.monotonic() - start,
                   "grew_mb": status("VmHWM") - before}))
 """
-
-
-@pytest.fixture(scope="module")
-def hostile_url():
-    server, url = hostile_http.start()
-    try:
-        yield url
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize("mode,words", [

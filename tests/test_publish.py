@@ -80,7 +80,7 @@ REVISION = {"org.opencontainers.image.revision": REV}
 
 @pytest.mark.parametrize("rep,labels,allow_standin,words", [
     (report(), REVISION, False, []),
-    # The file issue 21 forged: two fields. Every missing fact is a reason.
+    # A forged evidence file of two fields (passed, image_id): every missing fact is a reason.
     ({"passed": True, "image_id": IMAGE_ID}, REVISION, False,
      ["another version of the recipe", "another suite", "stand-in image", "no check ran", "pytest exit None",
       "checks ran from an unknown checkout"]),
@@ -283,7 +283,7 @@ def test_the_task_refuses_a_standin_image_with_every_reason(publishable, pack, a
     path, built = publishable
     ctx = tmp_path / "relabel"
     ctx.mkdir()
-    # A test-only image: the publishable one plus the label issue 7's --allow-unwritten-fixes sets.
+    # A test-only image: the publishable one plus the label --allow-unwritten-fixes sets.
     (ctx / "Dockerfile").write_text(f"FROM {built.tags[0]}\nLABEL cookbook.allow-unwritten-fixes=true\n")
     iid = tmp_path / "iid"
     engine.docker("build", "-q", "--iidfile", str(iid), str(ctx))
@@ -356,7 +356,7 @@ def remove_image(image_id: str) -> None:
 
 def test_forged_evidence_and_labels_do_not_publish_a_plain_binary(publishable, pack, auth_registry, env_creds,
                                                                   tmp_path):
-    """Issue 21's forgery: an image that is not a cookbook image (one plain file, no shell, no Python) with
+    """A forgery: an image that is not a cookbook image (one plain file, no shell, no Python) with
     the labels of a good build copied onto it, and a hand-written two-field evidence file saying it
     passed. publish runs the checks itself on that image and refuses it; nothing reaches the registry."""
     path, built = publishable

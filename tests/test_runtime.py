@@ -40,7 +40,7 @@ CASES = [
     ("buckets below max-num-seqs", [], {"VLLM_DECODE_BS_BUCKET_MAX": "16"}, "buckets-cover-serve", "below"),
     ("context past native", ["--max-model-len", "524288"], {}, "context-within-native", "native context"),
     ("the last flag wins", ["--max-num-batched-tokens", "3584", "--max-num-batched-tokens", "1792"], {}, None, None),
-    # vLLM 0.26.0's other spellings of the same flags (issue 21, item 7)
+    # vLLM 0.26.0's other spellings of the same flags: aliases, =value, abbreviations, --config
     ("-tp, vLLM's short name", ["-tp", "2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),
     ("-tp=2", ["-tp=2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),
     ("-t, an abbreviation of -tp", ["-t", "2"], {}, "tensor-parallel-matches-hardware", "--tensor-parallel-size 2"),

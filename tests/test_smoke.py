@@ -175,18 +175,6 @@ def test_task_says_when_no_server_answers(tmp_path):
 
 # --- A hostile server (tests/hostile_http.py, real, on 127.0.0.1): its failure, said in one line ---
 
-@pytest.fixture(scope="module")
-def hostile_url():
-    from . import hostile_http
-
-    server, url = hostile_http.start()
-    try:
-        yield url
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def smoke_into(*args, out):
     import subprocess
     import sys
