@@ -152,6 +152,8 @@ def rebase(image: str, profile_name: str = "v0.26.0", site: str | None = None, o
                 if key in pristine:
                     review.append(_write(tmp, f"{REVIEW}/{o.fix}/base/{name}.diff", pristine[key]))
             for file, old, new in written:
+                if old == new:  # the base moved nothing near this patch's hunks: only the hash changed
+                    continue
                 review.append(_write(tmp, f"{REVIEW}/{o.fix}/{file}.diff", unified_diff(f"{o.fix}/{file}", old, new)))
         fixes.write_index(fixes_dir=pack)
         report = {"image": image, "site_packages": found_site, "profile": profile_name, "accepted": str(fixes_dir),
@@ -191,6 +193,8 @@ def describe(result: Result, accepted: Path | None = None) -> list[str]:
         if o.verdict == DIFFERS:
             lines.append(f"    differs: {', '.join(o.differing)}")
             lines += [f"    read {rel / r}" for r in result.review if r.startswith(f"{REVIEW}/{o.fix}/")]
+            lines += [f"    {file}: the same hunks, at the same lines (only the hashes changed)"
+                      for file in o.patches if f"{REVIEW}/{o.fix}/{file}.diff" not in result.review]
     if result.lab is not None:
         lines += ["fix lab on the candidate (the base's files as the pristine tree):",
                   *("    " + line for line in fix_lab.describe(result.lab))]
