@@ -5,6 +5,7 @@ files (for that one fix: async-discard-counter, the owner of the file changed, a
 engine run); the conflicting one is reported and exits 1; fixes/ stays byte for byte as it was."""
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -114,8 +115,8 @@ def test_a_differing_base_gets_a_candidate_the_lab_proves(bases, out_of, accepte
     assert f"cp build/fixes-rebase/{fix_base.slug(image)}/fixes/{fix}/* fixes/{fix}/" in got.stdout
     # the lab's verdict: its tests fail on the base's files and pass with the candidate applied
     line = next(x for x in got.stdout.splitlines() if x.strip().startswith(fix + " ") and "failed" in x)
-    failed, passed = line.split()[1], line.split()[4]
-    assert failed.split("/")[0] == failed.split("/")[1] != "0" and passed.split("/")[0] == passed.split("/")[1]
+    [(failed, ran), (passed, ran_too)] = re.findall(r"(\d+)/(\d+) (?:failed|passed)", line)
+    assert failed == ran == passed == ran_too != "0", line
     assert "PROBLEM" not in line, got.stdout
     patched = (keep / "patched" / target.package / path).read_bytes()
     assert patched.startswith(b"# added by the base image\n") and patched != base_file
