@@ -202,7 +202,7 @@ def describe(result: Result, accepted: Path | None = None) -> list[str]:
         lines.append(f"fix lab: {result.lab_note}")
     if result.rebased and not result.code:
         shown = fix_base.shown(accepted)
-        lines.append(f"{accepted} is unchanged. To accept the candidate, after reading the diffs above:")
+        lines.append(f"{shown} is unchanged. To accept the candidate, after reading the diffs above:")
         lines += [f"    cp {rel / PACK / name}/* {shown / name}/" for name in result.rebased]
         lines.append("    invoke fixes.index   # then commit, with the base named in the message")
     elif not result.rebased and not result.code:
