@@ -81,9 +81,9 @@ def test_a_differing_base_gets_a_candidate_the_lab_proves(bases, out_of, accepte
     image, fix = bases["differs"]
     assert fix == "async-discard-counter"  # the one the lab runs below: what the docstring promises
     keep = tmp_path / "lab"
+    out = out_of("differs")  # removed afterwards, even when the run fails
     got = rebase("--base", image, "--lab-fix", fix, "--keep", str(keep))
     assert got.returncode == 0, got.stdout + got.stderr
-    out = out_of("differs")
     pack = out / "fixes"
     spec = fixes.load_fix(fix, pack)
     [target] = spec.targets
@@ -126,12 +126,12 @@ def test_a_differing_base_gets_a_candidate_the_lab_proves(bases, out_of, accepte
 @pytest.mark.upstream
 def test_a_conflicting_fix_is_reported_not_rebased(bases, out_of, accepted_unchanged):  # noqa: F811
     image, fix = bases["conflict"]
+    out = out_of("conflict")
     got = rebase("--base", image)  # the lab is not run: a fix does not apply
     assert got.returncode == FAILED, got.stdout + got.stderr
     assert f"{fix:36} does not apply: not rebased" in got.stdout
     assert "fix lab: not run: a fix does not apply to the base" in got.stdout
     assert f"do not apply to {image} and were not rebased: {fix}" in got.stderr and "Traceback" not in got.stderr
-    out = out_of("conflict")
     assert tree_digest(out / "fixes" / fix) == tree_digest(FIXES / fix)  # kept as accepted, not rebased
     assert "cp " not in got.stdout  # nothing offered for acceptance
 
