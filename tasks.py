@@ -167,6 +167,29 @@ def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
         raise Exit(f"{bad} fix(es) do not apply to the pristine release", code=1)
 
 
+@task(iterable=["lab_fix"],
+      help={"base": "the base image whose own target files the candidate is made for (read, never run)",
+            "profile": "fix profile", "site": "the base's site-packages folder (default: found in the image)",
+            "no_lab": "skip the fix lab on the candidate (it takes 10+ minutes)",
+            "lab_fix": "run the lab for this fix only (repeatable; default: every written fix and the pack)",
+            "keep": "lay the lab's trees out here and keep them", "dry_run": "print what it would do"})
+@edge
+def fixes_rebase(c, base, profile="v0.26.0", site=None, no_lab=False, lab_fix=None, keep=None, dry_run=False):
+    """A candidate pack re-anchored on a base's own files, proved in the lab; fixes/ is never written."""
+    from pathlib import Path
+
+    from cookbook import fix_rebase
+
+    result = fix_rebase.rebase(base, profile, site, lab=not no_lab, lab_fixes=lab_fix or None,
+                               keep=Path(keep) if keep else None, dry_run=dry_run)
+    if result is None:
+        return
+    for line in fix_rebase.describe(result):
+        print(line)
+    if result.code:
+        raise Exit(fix_rebase.failure(result), code=result.code)
+
+
 @task(iterable=["requires"],
       help={"name": "the fix's name (it must be in the profile's order)", "edited": "edited copy of the package",
             "package": "vllm_gaudi or vllm", "profile": "fix profile", "title": "one line", "why": "the symptom",
@@ -244,8 +267,8 @@ def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_r
 
 
 
-ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, new=fixes_new,
-                             lab=fixes_lab, cost=fixes_cost, drift=fixes_drift))
+ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, rebase=fixes_rebase,
+                             new=fixes_new, lab=fixes_lab, cost=fixes_cost, drift=fixes_drift))
 
 
 @task(help={"recipe": "recipe id or path", "image": "image to check (default: the recipe's moving tag)",

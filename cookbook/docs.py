@@ -274,6 +274,18 @@ def fixes_page(everything: list[LoadedRecipe], written: set[str]) -> str:
             title = md_cell(fixes.load_fix(fix).title) if fix in written else "-"
             lines.append(f"| {i} | `{fix}` | {title} | {kind} | {state} | {', '.join(users) or '-'} |")
         lines.append("")
+    lines += ["## A base whose files differ: `fixes.rebase`", "",
+              "A fix.yaml records the sha256 of each target file as the release ships it, and a build refuses a "
+              "base whose files differ. When `invoke fixes.verify --base IMAGE` says a fix *differs but applies* "
+              "(the base moved lines, the patch applies at an offset), `invoke fixes.rebase --base IMAGE` writes "
+              "a candidate pack under `build/fixes-rebase/IMAGE/fixes/`: every patch of those fixes made again "
+              "against the base's own files (it applies with no offset) and their sha256 the base's. It runs the "
+              "fix lab on the candidate with the base's files as the pristine tree (`--no-lab` skips it, "
+              "`--lab-fix NAME` runs one fix's tests), and prints what to read under `review/`: the diff of "
+              "each pristine file against the base's, and of each new patch and fix.yaml against the accepted "
+              "one. A fix that does not apply is reported, not rebased, and the command exits 1. `fixes/` is "
+              "never written: accepting the candidate is copying the rebased fix folders over, `invoke "
+              "fixes.index`, and a commit.", ""]
     return "\n".join(lines)
 
 

@@ -188,6 +188,14 @@ def verify_base(image: str, profile_name: str = "v0.26.0", site: str | None = No
         print("docker rm --force CID")
         print(f"would write the report and the diffs of files that differ into {out}")
         return None
+    found_site, base_files = read_base(image, site, wanted)
+    verdicts = judge(profile, present, wanted, base_files, fixes_dir)
+    _write(out, image, found_site, verdicts, wanted, base_files, profile, profile_name)
+    return Report(image, found_site, verdicts, out)
+
+
+def read_base(image: str, site: str | None, wanted) -> tuple[str, dict[tuple[str, str], bytes | None]]:
+    """(the base's site-packages, {(package, path): its bytes or None}) of every wanted target file."""
     engine.require_daemon()
     info = _inspect(image)
     with created(image) as cid:
@@ -197,10 +205,7 @@ def verify_base(image: str, profile_name: str = "v0.26.0", site: str | None = No
             raise UsageError(f"no site-packages with {PROBE} found in {image}",
                              hint=f"looked in {', '.join(candidates)}; name it with --site DIR")
         say(f"{image}: reading {len(wanted)} target files from {found_site} (container {cid[:12]}, never started)")
-        base_files = {key: read_file(cid, f"{found_site}/{key[0]}/{key[1]}") for key in wanted}
-    verdicts = _judge(profile, present, wanted, base_files, fixes_dir)
-    _write(out, image, found_site, verdicts, wanted, base_files, profile, profile_name)
-    return Report(image, found_site, verdicts, out)
+        return found_site, {key: read_file(cid, f"{found_site}/{key[0]}/{key[1]}") for key in wanted}
 
 
 def _inspect(image: str) -> dict:
@@ -219,21 +224,18 @@ def _recipe_sites() -> list[str]:
         return []
 
 
-def _judge(profile: fixes.ProfileSpec, present: dict[str, fixes.FixSpec], wanted: dict[tuple[str, str], str],
+def judge(profile: fixes.ProfileSpec, present: dict[str, fixes.FixSpec], wanted: dict[tuple[str, str], str],
            base_files: dict[tuple[str, str], bytes | None], fixes_dir: Path) -> list[Verdict]:
     verdicts = []
     with tempfile.TemporaryDirectory(prefix="cookbook-verify-base.") as tmp:
         staging = Path(tmp)
-        for (package, path), data in base_files.items():
-            if data is not None:
-                (staging / package / path).parent.mkdir(parents=True, exist_ok=True)
-                (staging / package / path).write_bytes(data)
+        stage_files(base_files, staging)
         for name in profile.order:
             spec = present.get(name)
             if spec is None:
                 verdicts.append(Verdict(name, NOT_WRITTEN))
                 continue
-            states = [FileState(t.package, f, sha, _sha(base_files[(t.package, f)]))
+            states = [FileState(t.package, f, sha, sha_of(base_files[(t.package, f)]))
                       for t in spec.targets for f, sha in t.files.items()]
             if any(s.found is None for s in states):
                 verdict, why = classify(states, "not tried")
@@ -244,7 +246,15 @@ def _judge(profile: fixes.ProfileSpec, present: dict[str, fixes.FixSpec], wanted
     return verdicts
 
 
-def _sha(data: bytes | None) -> str | None:
+def stage_files(files: dict[tuple[str, str], bytes | None], staging: Path) -> None:
+    """The files the base has, laid out as staging/package/path for the patch tool."""
+    for (package, path), data in files.items():
+        if data is not None:
+            (staging / package / path).parent.mkdir(parents=True, exist_ok=True)
+            (staging / package / path).write_bytes(data)
+
+
+def sha_of(data: bytes | None) -> str | None:
     return None if data is None else fixes.fixplan.sha256_bytes(data)
 
 
@@ -256,36 +266,41 @@ def _write(out: Path, image: str, site: str, verdicts: list[Verdict], wanted: di
            base_files: dict[tuple[str, str], bytes | None], profile: fixes.ProfileSpec, profile_name: str) -> None:
     """The verdicts (verdicts.json) and, for each target file that differs, the unified diff of the
     pristine file (from the upstream cache) against the base's, written whole and swapped into `out`."""
-    from .fix_new import unified_diff
-    from .fix_sources import package_roots
-
     with outdir.staged(out, MARKER, f"written by invoke fixes.verify --base {image}\n") as tmp:
-        differing = sorted({key for key, sha in wanted.items()
-                            if base_files[key] is not None and _sha(base_files[key]) != sha})
-        missing_cache = ""
-        roots = None
-        if differing:
-            try:
-                roots = package_roots(profile)
-            except UpstreamError as exc:  # a Gaudi host may not have it: the verdicts stand, the diffs wait
-                missing_cache = exc.what
-        for package, path in differing:
-            if roots is None:
-                break
-            diff = unified_diff(path, (roots[package] / path).read_bytes(), base_files[(package, path)])
+        diffs, missing_cache = pristine_diffs(profile, wanted, base_files)
+        for (package, path), diff in diffs.items():
             target = tmp / diff_name(package, path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(diff)
         report = {"image": image, "site_packages": site, "profile": profile_name,
                   "verdicts": [asdict(v) for v in verdicts],
-                  "diffs": [diff_name(*k) for k in differing] if roots else [],
+                  "diffs": [diff_name(*k) for k in diffs],
                   "diffs_missing": missing_cache}
         (tmp / "verdicts.json").write_text(json.dumps(report, indent=2) + "\n")
 
 
+def pristine_diffs(profile: fixes.ProfileSpec, wanted: dict[tuple[str, str], str],
+                   base_files: dict[tuple[str, str], bytes | None]) -> tuple[dict[tuple[str, str], str], str]:
+    """({(package, path): unified diff of the pristine file (upstream cache) against the base's} for each
+    target file the base has with other bytes, what is missing when the upstream cache is not here)."""
+    from .fix_new import unified_diff
+    from .fix_sources import package_roots
+
+    differing = sorted(key for key, sha in wanted.items()
+                       if base_files[key] is not None and sha_of(base_files[key]) != sha)
+    if not differing:
+        return {}, ""
+    try:
+        roots = package_roots(profile)
+    except UpstreamError as exc:  # a Gaudi host may not have it: the verdicts stand, the diffs wait
+        return {}, exc.what
+    return {(package, path): unified_diff(path, (roots[package] / path).read_bytes(), base_files[(package, path)])
+            for package, path in differing}, ""
+
+
 def describe(report: Report) -> list[str]:
     """The terminal summary: one line per fix, why below it, and where each diff is (+/- line counts)."""
-    rel = _shown(report.out)
+    rel = shown(report.out)
     lines = [f"{report.image}: site-packages {report.site}"]
     for v in report.verdicts:
         lines.append(f"{v.fix:36} {v.verdict}")
@@ -313,10 +328,11 @@ def failure(report: Report) -> str:
         return f"{len(bad)} fix(es) do not apply to {report.image}: {', '.join(bad)}"
     files = sorted({name for v in report.verdicts for name in v.differing})
     return (f"the pack applies to {report.image}, but {len(files)} target file(s) are not the pristine ones: "
-            f"a build on it refuses them (exit {EXIT_DIFFERS})")
+            f"a build on it refuses them (exit {EXIT_DIFFERS}); a candidate pack for it: "
+            f"invoke fixes.rebase --base {report.image}")
 
 
-def _shown(path: Path) -> Path:
+def shown(path: Path) -> Path:
     try:
         return path.absolute().relative_to(Path.cwd())
     except ValueError:

@@ -95,13 +95,18 @@ def pins_for(profile: fixes.ProfileSpec) -> upstream.Pins:
 
 
 def make_tree(dest: Path, profile_name: str = "v0.26.0", patched: bool = False,
-              fixes_dir: Path | None = None, only: list[str] | None = None) -> Path:
+              fixes_dir: Path | None = None, only: list[str] | None = None,
+              base_files: dict[tuple[str, str], bytes] | None = None) -> Path:
     """A site-packages tree of the release at `dest`; with `patched`, the profile's written fixes
     (opt-ins included; with `only`, those fixes and what they require) applied by apply_all.py exactly
-    as an image build applies them."""
+    as an image build applies them. `base_files` {(package, path): bytes} replace the release's files
+    first: a base image's own target files, as `fixes.rebase` proves a candidate pack on them."""
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     standin.lay_site_packages(pins_for(profile), dest)
+    for (package, path), data in (base_files or {}).items():
+        (dest / package / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / package / path).write_bytes(data)
     (dest / TREE_MARKER).write_text("A release tree laid out by the fix lab; `invoke fixes.lab --keep` replaces it.\n")
     if patched:
         apply_pack(dest, profile_name, profile, fixes_dir, with_requirements(only, fixes_dir) if only else None)
@@ -298,10 +303,11 @@ class Alone:
         return [f"alone: {node} {o}" for node, o in self.outcomes.items() if o != "passed"]
 
 
-def run_alone(root: Path, fix: str, profile_name: str, fixes_dir: Path | None) -> Alone:
+def run_alone(root: Path, fix: str, profile_name: str, fixes_dir: Path | None,
+              base_files: dict[tuple[str, str], bytes] | None = None) -> Alone:
     tree = root / fix
     try:
-        make_tree(tree, profile_name, patched=True, fixes_dir=fixes_dir, only=[fix])
+        make_tree(tree, profile_name, patched=True, fixes_dir=fixes_dir, only=[fix], base_files=base_files)
     except LabError as exc:
         return Alone(fix, {}, str(exc).splitlines()[0])
     try:
@@ -340,7 +346,7 @@ LAB_WORKERS = 2
 
 def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: bool = False,
         profile_name: str = "v0.26.0", fixes_dir: Path | None = None, dry_run: bool = False,
-        alone: bool = False) -> Report | None:
+        alone: bool = False, base_files: dict[tuple[str, str], bytes] | None = None) -> Report | None:
     """`invoke fixes.lab`: both trees, the lab's tests on each (the pack's own modules too when no fix
     is named), with `alone` each fix's tests on a tree with that fix alone, and (optionally) upstream's
     unit tests that pass on the pristine release run on the patched one."""
@@ -371,7 +377,8 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
             if dest.exists():
                 shutil.rmtree(dest)
             say(f"fix lab: laying out the {kind} tree in {dest}")
-            trees[kind] = make_tree(dest, profile_name, patched=kind == "patched", fixes_dir=fixes_dir)
+            trees[kind] = make_tree(dest, profile_name, patched=kind == "patched", fixes_dir=fixes_dir,
+                                    base_files=base_files)
         say(f"fix lab: {len(targets)} module(s) on the pristine and the patched tree"
             + (f", {len(fix_names)} fixes each alone on a pristine tree" if alone else "")
             + (", upstream's unit tests on the patched tree" if with_upstream else ""))
@@ -382,7 +389,7 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
             upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name)
                             if with_upstream else None)
             # The fix-alone trees go in the temporary folder, even with --keep.
-            alone_runs = [pool.submit(run_alone, Path(tmp), n, profile_name, fixes_dir)
+            alone_runs = [pool.submit(run_alone, Path(tmp), n, profile_name, fixes_dir, base_files)
                           for n in (fix_names if alone else [])]
             runs = [f.result() if f else Run(trees[kind]) for f, kind in zip(tree_runs, kinds, strict=True)]
             report = Report(verdicts(runs[0], runs[1], names), runs=tuple(runs),
