@@ -367,6 +367,7 @@ SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: th
               "option": "an extra `docker run` option, one of --shm-size=, --ulimit=, --network=, "
                         "--volume=DIR:/models/...:ro (repeatable)",
               "timeout": "seconds to wait for health", "log_dir": "where the container's log is kept",
+              "no_fetch": "do not fetch the model into the host's cache first (hosts that manage weights themselves)",
               "dry_run": "print the docker run, start nothing"}
 
 
@@ -374,8 +375,9 @@ SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: th
 @edge
 def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", name=None,
           hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800", log_dir="build/serve",
-          dry_run=False):
-    """Start a recipe's image as the README's Serving section does; wait for health; say where the log is.
+          no_fetch=False, dry_run=False):
+    """Fetch the recipe's model into the host's cache (verified), start its image as the README's Serving
+    section does, wait for health, say where the log is.
 
     Words after `--` go after the image, appended to the recipe's vLLM flags (`-- --max-num-seqs 16`).
     """
@@ -388,10 +390,14 @@ def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", nam
     spec = s.spec_for(loaded, image=image, port=s.number(port, "--port") if port else None, runtime=runtime, name=name,
                       hf_cache=hf_cache, env=s.parse_env(env), options=tuple(option or ()),
                       args=s.user_args(c.remainder, sys.argv))
-    s.serve(loaded, spec, Path(log_dir), s.number(timeout, "--timeout", float), dry_run)
+    s.serve(loaded, spec, Path(log_dir), s.number(timeout, "--timeout", float), dry_run, fetch=not no_fetch)
 
 
 ns.add_task(serve)
+
+
+# smoke and bench --image: serve's options but its log folder and the weights step
+RUN_HELP = {k: v for k, v in SERVE_HELP.items() if k not in ("log_dir", "no_fetch")}
 
 
 def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, role):
@@ -408,7 +414,7 @@ def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, role
 
 
 @task(iterable=["only", "env", "option"],
-      help={**{k: v for k, v in SERVE_HELP.items() if k != "log_dir"}, "url": "a running server's base URL (http://host:8000)",
+      help={**RUN_HELP, "url": "a running server's base URL (http://host:8000)",
             "image": "start this image for the run (as `invoke serve` does), removed afterwards",
             "scale": "multiply the recipe's token sizes (small servers: 0.01)", "repeats": "runs of each scenario",
             "only": "run only this scenario (repeatable)", "out": "folder for bench.json, bench.md, bench.png",
@@ -435,7 +441,7 @@ ns.add_task(bench)
 
 
 @task(iterable=["only", "env", "option"],
-      help={**{k: v for k, v in SERVE_HELP.items() if k != "log_dir"},
+      help={**RUN_HELP,
             "recipe": "recipe id or path", "url": "the running server, http://HOST:PORT",
             "image": "start this image for the run (as `invoke serve` does), removed afterwards",
             "scale": "shrink every long prompt by this factor too (the server's context already scales them)",

@@ -73,6 +73,9 @@ class Geometry(Strict):
 
 class Model(Strict):
     id: ModelId = Field(description="Hugging Face repo id served by `vllm serve`")
+    weights: Literal["hub", "mounted"] = Field(
+        "hub", description="hub: fetched from the Hugging Face Hub into the host's cache before the server starts; "
+                           "mounted: the run mounts the model into the container, nothing is fetched")
     summary: Prose
     architecture: Literal["dense", "moe", "gated-deltanet-hybrid"]
     modalities: list[Literal["text", "image", "video"]]
