@@ -479,7 +479,8 @@ ns.add_task(smoke)
       help={"port": "host port (default: the recipe's image.port)", "name": "container name "
             "(default cookbook-verify-ID)", "smoke_only": "run only this smoke check (repeatable; default all)",
             "bench_only": "run only this bench scenario (repeatable; default all)",
-            "skip": "leave out a check: doctor, base or test (repeatable; the summary says so)",
+            "skip": "leave out a check: doctor, base, test, or weights on a host that manages its own "
+            "(repeatable; the summary says so)",
             "recipe": "recipe id or path", "runtime": "Docker runtime (default habana; '' for Docker's default: "
             "a CPU run, which skips the doctor)", "repo": "image repository prefix",
             "hf_cache": SERVE_HELP["hf_cache"], "env": SERVE_HELP["env"], "option": SERVE_HELP["option"],
@@ -493,7 +494,7 @@ def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_
           port=None, name=None, smoke_only=None, bench_only=None, dry_run=False):
     """One command on a Gaudi host, doctor to the recipe page's measured figures; resumable, one summary.
 
-    Steps: doctor, fixes.verify --base, build, test, serve, smoke, bench, results/ID/, docs, stop the server.
+    Steps: doctor, fixes.verify --base, build, test, weights, serve, smoke, bench, results/ID/, docs, stop the server.
 
     Resumable: a step that passed for the same image id is not run again (build/verify/ID/state.json).
     Words after `--` go after the image, appended to the recipe's vLLM flags, as with `invoke serve`.
