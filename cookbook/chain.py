@@ -320,9 +320,14 @@ class Chain:
         return f"{len(doc['scenarios'])} scenarios"
 
     def results(self) -> str:
-        from . import results
+        from . import docs, results
 
         root = self.opts.results_root or results.RESULTS
+        if root.resolve() == results.RESULTS.resolve():  # what the pages read: never CPU runs of a Gaudi recipe
+            for kind in ("smoke", "bench"):
+                made = self.out / kind / f"{kind}.json"
+                docs.refuse_misplaced(self.loaded, results.parse(json.loads(made.read_text()), kind, str(made)),
+                                      results.path_for(self.loaded.id, kind, root))
         for kind in ("smoke", "bench"):
             dest = results.path_for(self.loaded.id, kind, root)
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -88,7 +88,9 @@ class Model(Strict):
 
 
 class Hardware(Strict):
-    accelerator: Literal["gaudi2", "gaudi3"]
+    # cpu: a recipe served on a CPU (the tests' CPU image): its figures are CPU figures, and only such a
+    # recipe's pages may show figures measured on a CPU (measured.misplaced).
+    accelerator: Literal["gaudi2", "gaudi3", "cpu"]
     cards: Positive
     tensor_parallel: Positive
 

@@ -277,7 +277,7 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
     assert again.returncode == 0, again.stderr[-3000:]
     status = {line.split()[0]: " ".join(line.split()[1:3]) for line in again.stdout.splitlines()
               if line.split() and line.split()[0] in chain.STEPS}
-    assert status["weights"].startswith("skipped") and status["serve"].startswith("skipped")
+    assert status["weights"].startswith("skipped") and status["serve"].startswith("skipped"), again.stdout[-3000:]
     assert status["stop"].startswith("skipped")
     assert all(status[s] == "done before" for s in ("smoke", "bench", "results", "docs"))
 
@@ -347,3 +347,24 @@ def test_sigterm_during_smoke_stops_the_server_and_says_where_it_stopped(cpu_rec
     assert "bench     not run" in lines and "FAILED at smoke" in lines
     assert engine.docker("inspect", name, check=False).returncode != 0
     assert chain.load_state(out / "state.json")["smoke"]["status"] == "failed"
+
+
+def test_cpu_figures_of_a_gaudi_recipe_never_go_where_the_pages_read(tmp_path, monkeypatch):
+    """The results step refuses to copy a CPU run of a Gaudi recipe into results/ (what `invoke docs` publishes);
+    into a folder of the run's own (--results) it may go, labelled as CPU figures there."""
+    from cookbook import results
+
+    from .test_docs import write_bench, write_smoke
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    out = tmp_path / "v"
+    cpu = results.image_target("img:tag", "sha256:" + "ab" * 32, None, {})
+    write_smoke(out / "smoke", cpu, [("known-answers", "passed", "8/8 (run)")])
+    write_bench(out / "bench", cpu, {"one-stream-short": 51.25})
+    c = chain.Chain(loaded(), chain.Options(out=out))
+    assert not c.step("results", c.results)
+    assert "qwen3.5-27b-fp8/smoke.json: measured on a CPU (target.hardware: cpu); qwen3.5-27b-fp8 is a Gaudi 2 " \
+           "recipe" in c.outcomes[-1].detail
+    assert not (tmp_path / "results").exists()
+    own = chain.Chain(loaded(), chain.Options(out=out, results_root=tmp_path / "mine"))
+    assert own.step("results", own.results) and (tmp_path / "mine" / "qwen3.5-27b-fp8" / "bench.json").is_file()
