@@ -376,8 +376,10 @@ SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: th
 def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", name=None,
           hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800", log_dir="build/serve",
           no_fetch=False, dry_run=False):
-    """Fetch the recipe's model into the host's cache (verified), start its image as the README's Serving
-    section does, wait for health, say where the log is.
+    """Start a recipe's image as the README's Serving section does, its model fetched and verified first.
+
+    The model goes into the host's cache first (`--no-fetch` leaves that out); then it waits for health
+    and says where the log is.
 
     Words after `--` go after the image, appended to the recipe's vLLM flags (`-- --max-num-seqs 16`).
     """
