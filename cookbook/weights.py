@@ -3,12 +3,13 @@ cache before the server starts, so a large checkpoint does not download silently
 health wait then times out.
 
 With huggingface_hub: the files the Hub lists for the model's main branch (the commit it resolves is
-recorded), each downloaded into the cache the container mounts (resumable: an interrupted file goes on
-from its .incomplete part; a progress bar per file), then checked against the Hub's hashes: the sha256 of
-an LFS file, the git blob id of a small one. A file that does not match is removed from the cache (blob
-and snapshot link), so nothing unchecked is left looking present. What was verified is recorded (the
-step's weights.json): a later run whose cache still holds exactly those blobs is skipped without the
-network.
+recorded), each downloaded into the cache the container mounts (a progress bar per file; a connection
+that drops mid-file is resumed with a Range request by the client; a file already in the cache is not
+downloaded again, so a run that failed goes on from the files it finished), then checked against the
+Hub's hashes: the sha256 of an LFS file, the git blob id of a small one. A file that does not match is
+removed from the cache (blob and snapshot link), so nothing unchecked is left looking present. What was
+verified is recorded (the step's weights.json): a later run whose cache still holds exactly those blobs
+is skipped without the network.
 
 The token comes from the environment only (HF_TOKEN, else HUGGING_FACE_HUB_TOKEN; never the token file of
 `hf auth login`), and is never printed or recorded. A recipe whose model is mounted by the run
@@ -166,7 +167,7 @@ def _refused(exc, repo_id: str, via: str | None) -> Exception:
         return UsageError(f"weights: {repo_id} has no revision {REVISION}")
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return WeightsError(f"weights: the Hub did not answer for {repo_id}: {first}",
-                        hint="check the network (or HF_ENDPOINT), then run again: the download resumes")
+                        hint="check the network (or HF_ENDPOINT), then run again: finished files are kept")
 
 
 def _drop(path: Path) -> None:

@@ -7,7 +7,8 @@ huggingface_hub client calls to fetch a model (HF_ENDPOINT=http://127.0.0.1:PORT
   X-Linked-Size for LFS files (their sha256 and size), Content-Length, and Range for a resumed download.
 
 Faults a test sets: `corrupt` (serve other bytes of the same size under the right headers), `cut_once` (the
-first GET of the file stops half way and closes the connection), `token` (401 without that bearer token,
+first GET of the file stops half way and closes the connection), `stall_at` (every GET of the file stops at
+that offset: the client's own retries give up), `token` (401 without that bearer token,
 as the Hub answers for a gated or private repo). Every request is kept in `requests`.
 """
 
@@ -52,6 +53,7 @@ class FakeHub:
         self.repos = repos
         self.corrupt: set[str] = set()
         self.cut_once: set[str] = set()
+        self.stall_at: dict[str, int] = {}
         self.token: str | None = None
         self.requests: list[Request] = []
         self._lock = threading.Lock()
@@ -128,13 +130,18 @@ class FakeHub:
             start = int(wanted[len("bytes="):].split("-")[0])
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
         body = data[start:]
+        cut = None
         if not head and name in self.cut_once:
             self.cut_once.discard(name)
+            cut = len(body) // 2
+        elif not head and name in self.stall_at:
+            cut = max(self.stall_at[name] - start, 0)
+        if cut is not None:  # the headers promise the whole body; the connection closes part way
             h.send_response(206 if start else 200)
             for k, v in {**headers, "Content-Length": str(len(body))}.items():
                 h.send_header(k, v)
             h.end_headers()
-            h.wfile.write(body[: len(body) // 2])
+            h.wfile.write(body[:cut])
             h.wfile.flush()
             h.close_connection = True
             return

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cookbook import recipes, weights
-from cookbook.errors import CheckFailure, UsageError
+from cookbook.errors import CheckFailure, UsageError, WeightsError
 
 from .fake_hub import FakeHub, Repo, git_blob_id
 
@@ -107,6 +107,29 @@ def test_an_interrupted_download_resumes(hub, tmp_path, monkeypatch):
     ranges = [r.range for r in gets(hub, "model.safetensors")]
     half = len(model_files()["model.safetensors"]) // 2
     assert ranges == [None, f"bytes={half}-"]  # the second GET asks for the rest only
+
+
+def test_a_download_that_gives_up_leaves_nothing_half_written(hub, tmp_path, monkeypatch):
+    """The connection keeps dying at the same byte: the client's retries give up, the step fails (the network's
+    fault, exit 3) with nothing of that file left; the next run keeps the files already verified and fetches
+    that one again from its start (huggingface_hub 2.x resumes within a download, not across runs)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 << 10)
+    monkeypatch.setattr("time.sleep", lambda s: None)  # the client's pause between its retries
+    cache, out = tmp_path / "hf", tmp_path / "weights.json"
+    half = len(model_files()["model.safetensors"]) // 2
+    hub.stall_at["model.safetensors"] = half
+    with pytest.raises(WeightsError) as caught:
+        weights.fetch(REPO, str(cache), out)
+    assert caught.value.exit_code == 3 and "finished files are kept" in caught.value.hint
+    home = weights.storage(cache / "hub", REPO)
+    assert not list((home / "blobs").glob("*.incomplete"))
+    assert not os.path.lexists(home / "snapshots" / COMMIT / "model.safetensors") and not out.exists()
+    hub.stall_at.clear()
+    hub.requests.clear()
+    assert weights.fetch(REPO, str(cache), out).status == "fetched"
+    assert [r.range for r in gets(hub, "model.safetensors")] == [None] and not gets(hub, "config.json")
 
 
 def test_a_401_without_a_token_says_to_set_hf_token(hub, tmp_path):
