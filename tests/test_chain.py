@@ -167,6 +167,8 @@ def test_the_weights_step_fetches_before_the_server_then_finds_them_present(tmp_
     files = test_weights.model_files()
     with FakeHub({test_weights.REPO: Repo(test_weights.COMMIT, files, lfs={"model.safetensors"})}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setenv("HF_TOKEN", test_weights.SECRET)
+        hub.token = test_weights.SECRET  # a gated model: the token is sent, never written under build/
         first = chain.Chain(hub_recipe, opts)
         assert first.step("weights", first.weights)
         assert first.outcomes[-1].status == "passed" and "verified" in first.outcomes[-1].detail
@@ -175,6 +177,8 @@ def test_the_weights_step_fetches_before_the_server_then_finds_them_present(tmp_
         again = chain.Chain(hub_recipe, opts)
         assert again.step("weights", again.weights) and "present and verified" in again.outcomes[-1].detail
         assert not hub.requests
+    written = [p.read_text(errors="replace") for p in (tmp_path / "v").rglob("*") if p.is_file()]
+    assert written and not any(test_weights.SECRET in text for text in written)
     mounted = chain.Chain(recipes.load(TEST_RECIPE, root=TEST_RECIPE.parents[2]), opts)
     assert mounted.step("weights", mounted.weights) and mounted.outcomes[-1].status == "skipped"
 
