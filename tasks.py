@@ -390,6 +390,7 @@ SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: th
               "option": "an extra `docker run` option, one of --shm-size=, --ulimit=, --network=, "
                         "--volume=DIR:/models/...:ro (repeatable)",
               "timeout": "seconds to wait for health", "log_dir": "where the container's log is kept",
+              "no_fetch": "do not fetch the model into the host's cache first (hosts that manage weights themselves)",
               "dry_run": "print the docker run, start nothing"}
 
 
@@ -397,8 +398,11 @@ SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: th
 @edge
 def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", name=None,
           hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800", log_dir="build/serve",
-          dry_run=False):
-    """Start a recipe's image as the README's Serving section does; wait for health; say where the log is.
+          no_fetch=False, dry_run=False):
+    """Start a recipe's image as the README's Serving section does, its model fetched and verified first.
+
+    The model goes into the host's cache first (`--no-fetch` leaves that out); then it waits for health
+    and says where the log is.
 
     Words after `--` go after the image, appended to the recipe's vLLM flags (`-- --max-num-seqs 16`).
     """
@@ -411,10 +415,14 @@ def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", nam
     spec = s.spec_for(loaded, image=image, port=s.number(port, "--port") if port else None, runtime=runtime, name=name,
                       hf_cache=hf_cache, env=s.parse_env(env), options=tuple(option or ()),
                       args=s.user_args(c.remainder, sys.argv))
-    s.serve(loaded, spec, Path(log_dir), s.number(timeout, "--timeout", float), dry_run)
+    s.serve(loaded, spec, Path(log_dir), s.number(timeout, "--timeout", float), dry_run, fetch=not no_fetch)
 
 
 ns.add_task(serve)
+
+
+# smoke and bench --image: serve's options but its log folder and the weights step
+RUN_HELP = {k: v for k, v in SERVE_HELP.items() if k not in ("log_dir", "no_fetch")}
 
 
 def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, role):
@@ -431,7 +439,7 @@ def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, role
 
 
 @task(iterable=["only", "env", "option"],
-      help={**{k: v for k, v in SERVE_HELP.items() if k != "log_dir"}, "url": "a running server's base URL (http://host:8000)",
+      help={**RUN_HELP, "url": "a running server's base URL (http://host:8000)",
             "image": "start this image for the run (as `invoke serve` does), removed afterwards",
             "scale": "multiply the recipe's token sizes (small servers: 0.01)", "repeats": "runs of each scenario",
             "only": "run only this scenario (repeatable)", "out": "folder for bench.json, bench.md, bench.png",
@@ -458,7 +466,7 @@ ns.add_task(bench)
 
 
 @task(iterable=["only", "env", "option"],
-      help={**{k: v for k, v in SERVE_HELP.items() if k != "log_dir"},
+      help={**RUN_HELP,
             "recipe": "recipe id or path", "url": "the running server, http://HOST:PORT",
             "image": "start this image for the run (as `invoke serve` does), removed afterwards",
             "scale": "shrink every long prompt by this factor too (the server's context already scales them)",
@@ -496,7 +504,8 @@ ns.add_task(smoke)
       help={"port": "host port (default: the recipe's image.port)", "name": "container name "
             "(default cookbook-verify-ID)", "smoke_only": "run only this smoke check (repeatable; default all)",
             "bench_only": "run only this bench scenario (repeatable; default all)",
-            "skip": "leave out a check: doctor, base or test (repeatable; the summary says so)",
+            "skip": "leave out a check: doctor, base, test, or weights on a host that manages its own "
+            "(repeatable; the summary says so)",
             "recipe": "recipe id or path", "runtime": "Docker runtime (default habana; '' for Docker's default: "
             "a CPU run, which skips the doctor)", "repo": "image repository prefix",
             "hf_cache": SERVE_HELP["hf_cache"], "env": SERVE_HELP["env"], "option": SERVE_HELP["option"],
@@ -510,7 +519,7 @@ def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_
           port=None, name=None, smoke_only=None, bench_only=None, dry_run=False):
     """One command on a Gaudi host, doctor to the recipe page's measured figures; resumable, one summary.
 
-    Steps: doctor, fixes.verify --base, build, test, serve, smoke, bench, results/ID/, docs, stop the server.
+    Steps: doctor, fixes.verify --base, build, test, weights, serve, smoke, bench, results/ID/, docs, stop the server.
 
     Resumable: a step that passed for the same image id is not run again (build/verify/ID/state.json).
     Words after `--` go after the image, appended to the recipe's vLLM flags, as with `invoke serve`.

@@ -1,12 +1,13 @@
 """`invoke chain`: one command on a Gaudi host, from a bare host to the recipe page's measured figures.
 
-doctor -> fixes.verify --base -> build -> test -> serve -> smoke -> bench -> result files -> docs -> stop.
+doctor -> fixes.verify --base -> build -> test -> weights -> serve -> smoke -> bench -> result files -> docs -> stop.
 Each step calls the function its own task calls; this module only orders them, keeps their output
 under build/verify/<id>/, remembers what passed for which image (state.json), and sums up.
 
 Resumable: the build always runs (Docker's cache makes a second build quick, and it names the image);
 a step that passed for the same image id before is not run again. Steps before the build are cheap
-and always run.
+and always run. The weights step keeps its own record (weights.json): a cache that still holds the
+verified files is not fetched again, without the network.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .paths import ROOT, fixes_dir
 from .progress import say
 from .recipes import LoadedRecipe
 
-STEPS = ("doctor", "base", "build", "test", "serve", "smoke", "bench", "results", "docs", "stop")
+STEPS = ("doctor", "base", "build", "test", "weights", "serve", "smoke", "bench", "results", "docs", "stop")
 # Steps whose work belongs to one image: skipped when they passed for that image id before.
 PER_IMAGE = ("test", "smoke", "bench", "results", "docs")
 WHAT = {
@@ -34,6 +35,8 @@ WHAT = {
             "not on this engine)",
     "build": "invoke build: the recipe's image (Docker's cache makes a rebuild quick)",
     "test": "invoke test: the image checks",
+    "weights": "the recipe's model into the host's Hugging Face cache, verified against the Hub's hashes "
+               "(skipped for a model the run mounts, or when the cache still holds what was verified)",
     "serve": "invoke serve: the image, healthy (kept up for smoke and bench only)",
     "smoke": "invoke smoke: the recipe's Verified checks",
     "bench": "invoke bench: the recipe's performance scenarios",
@@ -43,8 +46,9 @@ WHAT = {
     "stop": "remove the container serve started (on a failure, Ctrl-C and SIGTERM too)",
 }
 # Checks a run may leave out (--skip), said in the summary: e.g. the image suite on a CPU image, which
-# holds no vllm_gaudi to check. The steps that make the figures are never skipped.
-SKIPPABLE = ("doctor", "base", "test")
+# holds no vllm_gaudi to check; and the weights step on a host that manages its weights itself. The
+# steps that make the figures are never skipped.
+SKIPPABLE = ("doctor", "base", "test", "weights")
 PASSED, FAILED, SKIPPED, DONE, NOT_RUN = "passed", "failed", "skipped", "done before", "not run"
 
 
@@ -177,7 +181,7 @@ def default_out(loaded: LoadedRecipe) -> Path:
 def dry_run(loaded: LoadedRecipe, opts: Options) -> None:
     """The steps, with the base the pack is checked against, the container smoke and bench run against,
     and what an earlier run left (state.json)."""
-    from . import render, serve, steps
+    from . import render, serve, steps, weights
 
     c = Chain(loaded, opts)
     spec = dataclasses.replace(c.spec(), image=steps.moving_tag(loaded, opts.repo, False))
@@ -185,6 +189,8 @@ def dry_run(loaded: LoadedRecipe, opts: Options) -> None:
     for i, step in enumerate(STEPS, 1):
         print(f"{i:2}. {step:8} {WHAT[step]}")
     print(f"base     {render.vault_base(loaded).from_ref}")
+    fetch = "skipped: --skip" if "weights" in opts.skip else weights.plan(loaded, spec.hf_cache, c.weights_record)
+    print(f"weights  {fetch}")
     print(f"serve    {serve.shown(serve.run_argv(spec))}")
     for step in opts.skip:
         print(f"skip     {step}")
@@ -199,6 +205,7 @@ class Chain:
         self.loaded, self.opts = loaded, opts
         self.out = opts.out or default_out(loaded)
         self.state_path = self.out / "state.json"
+        self.weights_record = self.out / "weights.json"
         self.state = load_state(self.state_path)
         self.outcomes: list[Outcome] = []
         self.image_id: str | None = None
@@ -277,6 +284,11 @@ class Chain:
             raise CheckFailure(f"image checks failed; evidence in {result.evidence}")
         return f"evidence {result.evidence}"
 
+    def weights(self) -> str:
+        from . import weights
+
+        return weights.step(self.loaded, self.opts.hf_cache, self.weights_record).detail
+
     def spec(self):
         from . import serve
 
@@ -308,9 +320,14 @@ class Chain:
         return f"{len(doc['scenarios'])} scenarios"
 
     def results(self) -> str:
-        from . import results
+        from . import docs, results
 
         root = self.opts.results_root or results.RESULTS
+        if root.resolve() == results.RESULTS.resolve():  # what the pages read: never CPU runs of a Gaudi recipe
+            for kind in ("smoke", "bench"):
+                made = self.out / kind / f"{kind}.json"
+                docs.refuse_misplaced(self.loaded, results.parse(json.loads(made.read_text()), kind, str(made)),
+                                      results.path_for(self.loaded.id, kind, root))
         for kind in ("smoke", "bench"):
             dest = results.path_for(self.loaded.id, kind, root)
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -351,8 +368,14 @@ def run(loaded: LoadedRecipe, opts: Options) -> Chain:
             c.step("test", c.test)
     except KeyboardInterrupt:
         return c
-    if go and needs_server(c.state, c.image_id):
-        say("step 5/10: serve")
+    serving = go and needs_server(c.state, c.image_id)
+    if serving:
+        try:
+            go = c.step("weights", c.weights)  # before the container: a download never eats its health wait
+        except KeyboardInterrupt:
+            return c
+    if serving and go:
+        say(f"step {STEPS.index('serve') + 1}/{len(STEPS)}: serve")
         try:
             with serve.container(c.spec(), c.out / "server.log", opts.timeout_s) as r:
                 c.outcomes.append(Outcome("serve", PASSED, f"{r.url}, log {c.out / 'server.log'}"))
@@ -367,7 +390,8 @@ def run(loaded: LoadedRecipe, opts: Options) -> Chain:
         started = any(o.step == "serve" and o.status == PASSED for o in c.outcomes)
         c.outcomes.append(Outcome("stop", PASSED, "container removed" if started else "no container left"))
     elif go:
-        c.outcomes.append(Outcome("serve", SKIPPED, "smoke and bench passed for this image before"))
+        for step in ("weights", "serve"):
+            c.outcomes.append(Outcome(step, SKIPPED, "smoke and bench passed for this image before"))
         c.outcomes += [Outcome(s, DONE, f"for {c.image_id[:19]}") for s in ("smoke", "bench")]
         c.outcomes.append(Outcome("stop", SKIPPED, "nothing was started"))
     if go:

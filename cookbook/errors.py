@@ -57,6 +57,12 @@ class EngineError(CookbookError):
     exit_code = ENGINE_OR_NETWORK
 
 
+class WeightsError(CookbookError):
+    """The Hugging Face Hub did not answer while the model's weights were fetched."""
+
+    exit_code = ENGINE_OR_NETWORK
+
+
 class BuildError(CookbookError):
     """An image that could not be built, tagged or found."""
 

@@ -52,6 +52,14 @@ def on_hardware(text: str, run: Measured) -> str:
     return f"{text} (on CPU)" if run.hardware == "cpu" else text
 
 
+def misplaced(accelerator: str, run: Measured | None) -> str | None:
+    """Why a run may not stand as a recipe's figures (None: it may): one measured on a CPU, for a recipe
+    that runs on a Gaudi. A CPU recipe's own CPU runs stay (labelled "on CPU" by on_hardware)."""
+    if run is not None and run.hardware == "cpu" and accelerator != "cpu":
+        return "measured on a CPU (target.hardware: cpu)"
+    return None
+
+
 def join(items: list[Item], run: Measured | None, current_image: str,
          value: Callable[[dict], str]) -> list[Row]:
     """The page's rows: `value` turns a run's entry into the page's words."""

@@ -73,6 +73,9 @@ class Geometry(Strict):
 
 class Model(Strict):
     id: ModelId = Field(description="Hugging Face repo id served by `vllm serve`")
+    weights: Literal["hub", "mounted"] = Field(
+        "hub", description="hub: fetched from the Hugging Face Hub into the host's cache before the server starts; "
+                           "mounted: the run mounts the model into the container, nothing is fetched")
     summary: Prose
     architecture: Literal["dense", "moe", "gated-deltanet-hybrid"]
     modalities: list[Literal["text", "image", "video"]]
@@ -85,7 +88,9 @@ class Model(Strict):
 
 
 class Hardware(Strict):
-    accelerator: Literal["gaudi2", "gaudi3"]
+    # cpu: a recipe served on a CPU (the tests' CPU image): its figures are CPU figures, and only such a
+    # recipe's pages may show figures measured on a CPU (measured.misplaced).
+    accelerator: Literal["gaudi2", "gaudi3", "cpu"]
     cards: Positive
     tensor_parallel: Positive
 

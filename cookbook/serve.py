@@ -377,12 +377,26 @@ def parse_env(items: list[str] | None) -> dict[str, str | None]:
     return env
 
 
-def serve(loaded: LoadedRecipe, spec: RunSpec, log_dir: Path, timeout_s: float, dry_run: bool) -> Running | None:
-    """`invoke serve`: the container stays up for the user; removed again when it does not get healthy."""
+def weights_record(loaded: LoadedRecipe, log_dir: Path) -> Path:
+    """Where `invoke serve` records the weights it verified (cookbook/weights.py)."""
+    return log_dir / f"weights-{loaded.id}.json"
+
+
+def serve(loaded: LoadedRecipe, spec: RunSpec, log_dir: Path, timeout_s: float, dry_run: bool,
+          fetch: bool = True) -> Running | None:
+    """`invoke serve`: the recipe's model into the host's cache first (the weights step; `fetch=False` for
+    hosts that manage weights themselves), then the container, which stays up for the user; removed
+    again when it does not get healthy."""
+    from . import weights
+
     check_spec(spec)
     if dry_run:
+        if fetch:
+            print(f"weights  {weights.plan(loaded, spec.hf_cache, weights_record(loaded, log_dir))}")
         print(shown(run_argv(spec)))
         return None
+    if fetch:
+        say(f"weights: {weights.step(loaded, spec.hf_cache, weights_record(loaded, log_dir)).detail}")
     log_path = log_dir / f"{spec.name}.log"
     cid = ""
     with sigterm_as_ctrl_c():

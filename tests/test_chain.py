@@ -143,6 +143,46 @@ def test_dry_run_prints_the_steps_and_runs_nothing(tmp_path):
     assert not (tmp_path / "v").exists()
 
 
+def test_dry_run_says_what_the_weights_step_would_fetch(tmp_path):
+    out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(tmp_path / "v"), "--hf-cache",
+                 str(tmp_path / "hf"), "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert f"weights  fetch Qwen/Qwen3.6-27B-FP8 at main into {tmp_path / 'hf' / 'hub'}" in out.stdout
+    skipped = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(tmp_path / "v"), "--skip", "weights",
+                     "--dry-run")
+    assert "weights  skipped: --skip" in skipped.stdout and not (tmp_path / "hf").exists()
+
+
+def test_the_weights_step_fetches_before_the_server_then_finds_them_present(tmp_path, monkeypatch):
+    """The chain's weights step is the serve task's: the stand-in Hub is asked once; a resumed chain
+    finds the verified files in the cache without a request. A model the run mounts fetches nothing."""
+    from . import test_weights
+    from .cpu_server import TEST_RECIPE
+    from .fake_hub import FakeHub, Repo
+
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    hub_recipe = recipes.load(str(test_weights.tiny_hub_recipe(tmp_path)), root=tmp_path / "recipes")
+    opts = chain.Options(out=tmp_path / "v", hf_cache=str(tmp_path / "hf"))
+    files = test_weights.model_files()
+    with FakeHub({test_weights.REPO: Repo(test_weights.COMMIT, files, lfs={"model.safetensors"})}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setenv("HF_TOKEN", test_weights.SECRET)
+        hub.token = test_weights.SECRET  # a gated model: the token is sent, never written under build/
+        first = chain.Chain(hub_recipe, opts)
+        assert first.step("weights", first.weights)
+        assert first.outcomes[-1].status == "passed" and "verified" in first.outcomes[-1].detail
+        assert (tmp_path / "v" / "weights.json").is_file() and (tmp_path / "v" / "weights.log").is_file()
+        hub.requests.clear()
+        again = chain.Chain(hub_recipe, opts)
+        assert again.step("weights", again.weights) and "present and verified" in again.outcomes[-1].detail
+        assert not hub.requests
+    written = [p.read_text(errors="replace") for p in (tmp_path / "v").rglob("*") if p.is_file()]
+    assert written and not any(test_weights.SECRET in text for text in written)
+    mounted = chain.Chain(recipes.load(TEST_RECIPE, root=TEST_RECIPE.parents[2]), opts)
+    assert mounted.step("weights", mounted.weights) and mounted.outcomes[-1].status == "skipped"
+
+
 def test_dry_run_says_what_an_earlier_run_left(tmp_path):
     chain.save_state(tmp_path / "state.json", chain.recorded({}, "test", A, "passed"))
     out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(tmp_path), "--dry-run", "--runtime", "")
@@ -218,7 +258,8 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     status = {line.split()[0]: line.split()[1] for line in first.stdout.splitlines()
               if line.split() and line.split()[0] in chain.STEPS}
-    assert status == {"doctor": "skipped", "base": "skipped", "build": "passed", "test": "skipped", "serve": "passed",
+    assert status == {"doctor": "skipped", "base": "skipped", "build": "passed", "test": "skipped",
+                      "weights": "skipped", "serve": "passed",
                       "smoke": "passed", "bench": "passed", "results": "passed", "docs": "passed", "stop": "passed"}
     assert "all steps passed" in first.stdout and (out / "summary.txt").is_file()
     assert engine.docker("inspect", name, check=False).returncode != 0  # the server is stopped
@@ -240,7 +281,8 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
     assert again.returncode == 0, again.stderr[-3000:]
     status = {line.split()[0]: " ".join(line.split()[1:3]) for line in again.stdout.splitlines()
               if line.split() and line.split()[0] in chain.STEPS}
-    assert status["serve"].startswith("skipped") and status["stop"].startswith("skipped")
+    assert status["weights"].startswith("skipped") and status["serve"].startswith("skipped"), again.stdout[-3000:]
+    assert status["stop"].startswith("skipped")
     assert all(status[s] == "done before" for s in ("smoke", "bench", "results", "docs"))
 
 
@@ -260,7 +302,7 @@ def test_only_the_image_check_of_the_doctor_waits_for_the_build(failed, blockers
 
 @pytest.mark.parametrize("skip, ok", [
     (None, ()), (["test"], ("test",)), (["doctor", "base"], ("doctor", "base")),
-    (["smoke"], None), (["build"], None), (["stop"], None),
+    (["weights"], ("weights",)), (["smoke"], None), (["build"], None), (["stop"], None),
 ])
 def test_only_checks_may_be_skipped_never_the_steps_that_make_the_figures(skip, ok):
     from cookbook.errors import UsageError
@@ -274,7 +316,7 @@ def test_only_checks_may_be_skipped_never_the_steps_that_make_the_figures(skip, 
 
 def test_a_step_that_may_not_be_skipped_is_one_message_exit_2(tmp_path):
     out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--skip", "bench", "--out", str(tmp_path), "--dry-run")
-    assert out.returncode == 2 and "only doctor, base, test may be skipped" in out.stderr
+    assert out.returncode == 2 and "only doctor, base, test, weights may be skipped" in out.stderr
     assert "Traceback" not in out.stderr
 
 
@@ -309,3 +351,24 @@ def test_sigterm_during_smoke_stops_the_server_and_says_where_it_stopped(cpu_rec
     assert "bench     not run" in lines and "FAILED at smoke" in lines
     assert engine.docker("inspect", name, check=False).returncode != 0
     assert chain.load_state(out / "state.json")["smoke"]["status"] == "failed"
+
+
+def test_cpu_figures_of_a_gaudi_recipe_never_go_where_the_pages_read(tmp_path, monkeypatch):
+    """The results step refuses to copy a CPU run of a Gaudi recipe into results/ (what `invoke docs` publishes);
+    into a folder of the run's own (--results) it may go, labelled as CPU figures there."""
+    from cookbook import results
+
+    from .test_docs import write_bench, write_smoke
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    out = tmp_path / "v"
+    cpu = results.image_target("img:tag", "sha256:" + "ab" * 32, None, {})
+    write_smoke(out / "smoke", cpu, [("known-answers", "passed", "8/8 (run)")])
+    write_bench(out / "bench", cpu, {"one-stream-short": 51.25})
+    c = chain.Chain(loaded(), chain.Options(out=out))
+    assert not c.step("results", c.results)
+    assert "qwen3.5-27b-fp8/smoke.json: measured on a CPU (target.hardware: cpu); qwen3.5-27b-fp8 is a Gaudi 2 " \
+           "recipe" in c.outcomes[-1].detail
+    assert not (tmp_path / "results").exists()
+    own = chain.Chain(loaded(), chain.Options(out=out, results_root=tmp_path / "mine"))
+    assert own.step("results", own.results) and (tmp_path / "mine" / "qwen3.5-27b-fp8" / "bench.json").is_file()

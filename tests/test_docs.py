@@ -166,6 +166,43 @@ def test_figures_measured_on_a_cpu_are_labelled(tmp_path):
     assert "CPU figures, not Gaudi ones" in text and "latest bench run, on CPU" in svg
 
 
+def test_publishing_refuses_cpu_figures_as_a_gaudi_recipes(tmp_path, monkeypatch):
+    """`invoke docs` (and --check, --site, the chain's docs step) never presents a CPU run as a Gaudi recipe's
+    figures: one line, exit 2, naming the result file; nothing is written. Gaudi runs are published."""
+    res = tmp_path / "results"
+    monkeypatch.setattr(results, "RESULTS", res)
+    monkeypatch.setattr(docs, "DOCS", tmp_path / "docs")
+    monkeypatch.setattr(docs, "ROOT", tmp_path)
+    gaudi = results.image_target("img:tag", "sha256:" + "ab" * 32, "habana", {})
+    write_smoke(res / "qwen3.5-27b-fp8", gaudi, [("known-answers", "passed", "8/8 (run)")])
+    write_bench(res / "qwen3.5-27b-fp8", {**gaudi, "hardware": "cpu"}, {"one-stream-short": 51.25})
+    with pytest.raises(RecipeError) as err:
+        docs.write()
+    said = str(err.value)
+    assert "\n" not in said and err.value.exit_code == 2
+    assert said.startswith("results/qwen3.5-27b-fp8/bench.json: measured on a CPU (target.hardware: cpu); "
+                           "qwen3.5-27b-fp8 is a Gaudi 2 recipe, whose pages show Gaudi figures only")
+    assert not (tmp_path / "docs").exists()
+    write_bench(res / "qwen3.5-27b-fp8", gaudi, {"one-stream-short": 51.25})
+    docs.write()
+    assert "last run: 51.2 tokens/s)" in (tmp_path / "docs" / "recipes" / "qwen3.5-27b-fp8.md").read_text()
+
+
+def test_a_cpu_recipe_publishes_its_own_cpu_figures_labelled(tmp_path, monkeypatch):
+    from cookbook import measured
+
+    from . import cpu_image
+
+    monkeypatch.setenv("COOKBOOK_FIXES_DIR", str(cpu_image.write_pack(tmp_path / "pack")))
+    path = cpu_image.write_recipe(tmp_path / "recipes", "localhost/cpu-base:test")
+    loaded = recipes.load(str(path), root=tmp_path / "recipes")
+    assert loaded.recipe.hardware.accelerator == "cpu"
+    run = results.Measured("bench", loaded.id, loaded.hash, "2026-12-04", hardware="cpu")
+    docs.refuse_misplaced(loaded, run, tmp_path / "bench.json")  # allowed
+    assert measured.on_hardware("47 tokens/s", run) == "47 tokens/s (on CPU)"
+    assert "| 1x CPU (TP 1) |" in docs.recipe_page(loaded, [loaded], set(), None, run)
+
+
 def test_no_run_yet_shows_the_published_figures():
     text = page()
     assert "| The same prompts, 32 in flight | 32/32 | not measured yet | - | - |" in text

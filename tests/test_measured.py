@@ -56,3 +56,16 @@ def test_smoke_value(entry, words):
     ("sha256:" + "0123456789ab" * 5 + "cdef", "sha256:0123456789ab"), (None, "not recorded")])
 def test_short_id(image_id, short):
     assert measured.short_id(image_id) == short
+
+
+@pytest.mark.parametrize("accelerator, the_run, refused", [
+    ("gaudi2", run(hardware="cpu"), True),  # CPU figures never stand as a Gaudi recipe's
+    ("gaudi3", run(hardware="cpu"), True),
+    ("gaudi2", run(), False),
+    ("gaudi2", None, False),
+    ("gaudi2", run(None, None, image_id=None), False),  # a --url run: hardware not recorded, the page says so
+    ("cpu", run(hardware="cpu"), False),  # a CPU recipe's own CPU figures, labelled "on CPU"
+])
+def test_misplaced(accelerator, the_run, refused):
+    said = measured.misplaced(accelerator, the_run)
+    assert bool(said) is refused and (not said or "measured on a CPU" in said)

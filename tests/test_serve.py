@@ -110,6 +110,21 @@ def test_dry_run_prints_the_command_without_the_token():
     assert SECRET not in out.stdout + out.stderr
 
 
+def test_serve_fetches_the_weights_first_unless_told_not_to(tmp_path):
+    """The dry run says what the weights step would fetch, and into which cache; --no-fetch leaves it out.
+    (The fetch itself: tests/test_weights.py, through `invoke serve` against a stand-in Hub.)"""
+    env = {**os.environ, "HF_TOKEN": SECRET, "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-m", "invoke", "serve", "--dry-run", "--hf-cache", str(tmp_path / "hf")]
+    out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    first, argv = out.stdout.splitlines()
+    assert first.startswith(f"weights  fetch Qwen/Qwen3.5-27B-FP8 at main into {tmp_path / 'hf' / 'hub'}")
+    assert "token: from HF_TOKEN" in first and SECRET not in out.stdout + out.stderr
+    assert argv.split()[1] == "run" and not (tmp_path / "hf").exists()
+    bare = subprocess.run([*args, "--no-fetch"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 0 and len(bare.stdout.splitlines()) == 1 and bare.stdout.split()[1] == "run"
+
+
 @pytest.mark.parametrize("option,said", [
     ("--shm-size=8g", None), ("--ulimit=memlock=-1:-1", None), ("--ulimit=nofile=65536", None),
     ("--network=gaudi-net", None), ("--volume=/data/models/qwen:/models/qwen:ro", None),

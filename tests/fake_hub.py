@@ -1,0 +1,157 @@
+"""A stand-in for the Hugging Face Hub on 127.0.0.1, for tests only: it answers the two endpoints the real
+huggingface_hub client calls to fetch a model (HF_ENDPOINT=http://127.0.0.1:PORT), nothing more.
+
+- GET /api/models/{repo}/revision/{rev}[?blobs=True]: the model-info API, with the files' sizes, git blob
+  ids and LFS sha256 when blobs are asked for (repo_info(files_metadata=True)).
+- HEAD and GET /{repo}/resolve/{rev}/{file}: X-Repo-Commit, ETag (the git blob id), X-Linked-Etag and
+  X-Linked-Size for LFS files (their sha256 and size), Content-Length, and Range for a resumed download.
+
+Faults a test sets: `corrupt` (serve other bytes of the same size under the right headers), `cut_once` (the
+first GET of the file stops half way and closes the connection), `stall_at` (every GET of the file stops at
+that offset: the client's own retries give up), `token` (401 without that bearer token,
+as the Hub answers for a gated or private repo). Every request is kept in `requests`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlsplit
+
+
+def git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass
+class Repo:
+    commit: str
+    files: dict[str, bytes]
+    lfs: set[str] = field(default_factory=set)
+
+    def sibling(self, name: str) -> dict:
+        data = self.files[name]
+        out = {"rfilename": name, "size": len(data), "blobId": git_blob_id(data)}
+        if name in self.lfs:
+            out["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        return out
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    range: str | None
+    authorization: str | None
+
+
+class FakeHub:
+    def __init__(self, repos: dict[str, Repo]):
+        self.repos = repos
+        self.corrupt: set[str] = set()
+        self.cut_once: set[str] = set()
+        self.stall_at: dict[str, int] = {}
+        self.token: str | None = None
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> FakeHub:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self):
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):
+                hub._answer(self, head=False)
+
+            def do_HEAD(self):
+                hub._answer(self, head=True)
+
+        return Handler
+
+    def _answer(self, h: BaseHTTPRequestHandler, head: bool) -> None:
+        path = unquote(urlsplit(h.path).path)
+        auth = h.headers.get("Authorization")
+        with self._lock:
+            self.requests.append(Request(h.command, path, h.headers.get("Range"), auth))
+        if self.token and auth != f"Bearer {self.token}":
+            return self._send(h, 401, b'{"error":"Access to this model is restricted."}',
+                              {"X-Error-Code": "GatedRepo", "Content-Type": "application/json"}, head)
+        if path.startswith("/api/models/"):
+            return self._info(h, path[len("/api/models/"):], "blobs=" in h.path, head)
+        repo_id, sep, rest = path.lstrip("/").partition("/resolve/")
+        repo = self.repos.get(repo_id)
+        rev, _, name = rest.partition("/")
+        if not sep or repo is None or rev not in (repo.commit, "main") or name not in repo.files:
+            return self._send(h, 404, b"not found", {"X-Error-Code": "EntryNotFound"}, head)
+        self._file(h, repo, name, head)
+
+    def _info(self, h, rest: str, blobs: bool, head: bool) -> None:
+        repo_id, _, rev = rest.partition("/revision/")
+        repo = self.repos.get(repo_id)
+        if repo is None or rev not in ("", repo.commit, "main"):
+            return self._send(h, 404, b'{"error":"Repository not found"}', {"X-Error-Code": "RepoNotFound"}, head)
+        siblings = [repo.sibling(n) if blobs else {"rfilename": n} for n in sorted(repo.files)]
+        body = json.dumps({"id": repo_id, "modelId": repo_id, "sha": repo.commit, "private": False,
+                           "siblings": siblings}).encode()
+        self._send(h, 200, body, {"Content-Type": "application/json"}, head)
+
+    def _file(self, h, repo: Repo, name: str, head: bool) -> None:
+        data = repo.files[name]
+        meta = repo.sibling(name)
+        headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{meta["blobId"]}"', "Accept-Ranges": "bytes"}
+        if "lfs" in meta:
+            headers |= {"X-Linked-Etag": f'"{meta["lfs"]["sha256"]}"', "X-Linked-Size": str(len(data))}
+        if name in self.corrupt:
+            data = bytes(b ^ 0xFF for b in data)
+        start = 0
+        wanted = h.headers.get("Range")
+        if wanted and wanted.startswith("bytes=") and not head:
+            start = int(wanted[len("bytes="):].split("-")[0])
+            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+        body = data[start:]
+        cut = None
+        if not head and name in self.cut_once:
+            self.cut_once.discard(name)
+            cut = len(body) // 2
+        elif not head and name in self.stall_at:
+            cut = max(self.stall_at[name] - start, 0)
+        if cut is not None:  # the headers promise the whole body; the connection closes part way
+            h.send_response(206 if start else 200)
+            for k, v in {**headers, "Content-Length": str(len(body))}.items():
+                h.send_header(k, v)
+            h.end_headers()
+            h.wfile.write(body[:cut])
+            h.wfile.flush()
+            h.close_connection = True
+            return
+        self._send(h, 206 if start else 200, body, headers, head)
+
+    @staticmethod
+    def _send(h, status: int, body: bytes, headers: dict, head: bool) -> None:
+        h.send_response(status)
+        for k, v in {**headers, "Content-Length": str(len(body))}.items():
+            h.send_header(k, v)
+        h.end_headers()
+        if not head:
+            h.wfile.write(body)
