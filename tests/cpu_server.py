@@ -193,7 +193,7 @@ def recipe_server(loaded, extra_args=()):
 
 
 @pytest.fixture(scope="session")
-def tiny_server():
+def tiny_server(vllm_cpu):
     """The test recipe's server (its parsers and prefix caching), for the whole session."""
     with recipe_server(tiny_recipe()) as server:
         yield server

@@ -161,7 +161,7 @@ def test_write_json_markdown_and_png(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny_model():
+def tiny_model(vllm_cpu):
     from .cpu_server import tiny_model_dir  # trained and cached by the smoke tests' helper
 
     return tiny_model_dir()

@@ -1,9 +1,11 @@
 """The test harness itself: under CI=true a test that would skip for lack of the Docker engine or the
 upstream cache fails instead, and the images a session tags are removed when it ends."""
 
+import ast
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -59,3 +61,71 @@ def test_a_session_removes_the_images_it_tagged(tmp_path, docker_engine, upstrea
     tag = (tmp_path / "tag.txt").read_text()
     assert tag.startswith("cookbook-test/session-") and not tag.startswith(TEST_REPO)  # its own repository
     assert not engine.image_exists(tag)
+
+
+def test_the_fast_loop_leaves_out_every_test_that_reaches_a_slow_fixture(tmp_path):
+    (tmp_path / "test_probe.py").write_text(textwrap.dedent('''
+        import pytest
+
+        @pytest.fixture
+        def image(made_images):  # reaches docker_engine through made_images
+            return made_images
+
+        def test_engine(docker_engine): pass
+        def test_image(image): pass
+        def test_server(vllm_cpu): pass
+        def test_lab(fix_lab_env): pass
+        def test_plain(tmp_path): pass
+    '''))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                          "--rootdir", str(tmp_path), "--collect-only", "-q", "-m", "not slow",
+                          str(tmp_path / "test_probe.py")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "1/5 tests collected (4 deselected)" in out.stdout, out.stdout + out.stderr
+    assert "test_probe.py::test_plain" in out.stdout
+
+
+# Calls that build an image, start a container or a CPU vLLM server, or run the fix lab. A test or fixture
+# that makes one must reach a fixture of conftest.SLOW_FIXTURES (or carry the `slow` mark), so that the
+# fast loop cannot start one by accident.
+STARTERS = {"build_recipe", "docker", "ensure", "ensure_rootfs", "lab", "cost", "recipe_server", "cpu_server",
+            "tiny_model_dir", "environment"}
+# Calls of those names that start nothing: each refuses its arguments before any work.
+REFUSALS = {("test_fix_lab.py", "test_keep_never_replaces_a_folder_the_lab_did_not_lay_out"),
+            ("test_standin.py", "test_refuses_an_empty_cache_with_the_command")}
+
+
+def _dry_run(call: ast.Call) -> bool:
+    return any(k.arg == "dry_run" and ast.unparse(k.value) == "True" for k in call.keywords)
+
+
+def _marked_slow(node) -> bool:
+    return any("slow" in ast.unparse(d) for d in getattr(node, "decorator_list", []))
+
+
+def test_every_test_that_starts_something_heavy_is_marked_slow():
+    from .conftest import SLOW_FIXTURES
+
+    tests = ROOT / "tests"  # every test module and helper, wherever it sits, but the lab's own root
+    modules = {p: ast.parse(p.read_text()) for p in sorted(tests.rglob("*.py"))
+               if p.relative_to(tests).parts[0] != "lab"}
+    fixtures: dict[str, set[str]] = {}
+    for tree in modules.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list):
+                fixtures.setdefault(node.name, set()).update(a.arg for a in node.args.args)
+    slow = set(SLOW_FIXTURES)
+    while grown := {name for name, args in fixtures.items() if args & slow} - slow:
+        slow |= grown
+    unmarked = []
+    for path, tree in modules.items():
+        module_slow = any(isinstance(n, ast.Assign) and "pytestmark" in ast.unparse(n) and "slow" in ast.unparse(n)
+                          for n in tree.body)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef) or not (node.name.startswith("test_") or node.name in fixtures):
+                continue
+            calls = {c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", None)
+                     for c in ast.walk(node) if isinstance(c, ast.Call) and not _dry_run(c)}
+            if (calls & STARTERS and not ({node.name, *(a.arg for a in node.args.args)} & slow) and not module_slow
+                    and not _marked_slow(node) and (path.name, node.name) not in REFUSALS):
+                unmarked.append(f"{path.name}::{node.name} calls {sorted(calls & STARTERS)}")
+    assert not unmarked, "\n".join(unmarked)

@@ -92,7 +92,7 @@ def test_manifests_agree_with_the_image(built, facts, truth, mode):
     assert env["VLLM_SKIP_WARMUP"]["value"] == "false"  # the override given
     assert not (set(env) - {"HF_TOKEN", "VLLM_SKIP_WARMUP"}) & set(manifest["env"])  # the rest is in the image
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert mounts == {"model-cache": k8s.HF_CACHE, "dshm": "/dev/shm", "tmp": "/tmp"}  # the README's writable places
+    assert mounts == {"model-cache": k8s.HF_CACHE, "dshm": "/dev/shm", "tmp": "/tmp"}  # docs/serving.md's list
     vols = {v["name"]: v for v in (objects.get("deployment.yaml", {}).get("spec", {}).get("template", {})
                                     .get("spec") or objects["servingruntime.yaml"]["spec"])["volumes"]}
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory"} and vols["tmp"]["emptyDir"] == {}

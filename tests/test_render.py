@@ -245,6 +245,7 @@ def _entrypoint_constants(text: str) -> dict:
     return out
 
 
+@pytest.mark.slow  # 100 renders, about 25 s
 @settings(max_examples=100, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(changes)

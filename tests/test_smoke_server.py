@@ -66,7 +66,7 @@ def test_task_exits_1_on_a_failure_and_0_on_a_pass(tiny_server, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def broken_server():
+def broken_server(vllm_cpu):
     """The test recipe's server with the hermes tool parser (the model writes qwen3_coder XML) and prefix
     caching off: one start for two broken properties."""
     with recipe_server(tiny_recipe(), ["--tool-call-parser", "hermes", "--no-enable-prefix-caching"]) as server:

@@ -29,6 +29,7 @@ def test_vllm_gaudi_version_file_as_setuptools_scm_writes_it():
     assert "__version__ = version = '0.26.0'" in text and "commit_id = 'gb059f9c95'" in text
 
 
+@pytest.mark.slow  # a real mmdebstrap run, about half a minute
 def test_rootfs_is_a_debian_tarball_with_python_and_git(tmp_path, monkeypatch):
     """Really runs mmdebstrap into an empty cache (about half a minute, Debian's package mirror)."""
     if shutil.which("mmdebstrap") is None:
