@@ -10,14 +10,14 @@ import sys
 
 from invoke import Collection, Exit, task
 
-from cookbook.errors import USER_MISTAKE, CookbookError, printable
+from cookbook.host.errors import USER_MISTAKE, CookbookError, printable
 
 DEFAULT_RECIPE = "qwen3.5-27b-fp8"
 
 
 def edge(fn):
     """Turn the cookbook's errors into a clear message and exit code, never a traceback (exit codes:
-    cookbook/errors.py and the README)."""
+    cookbook/host/errors.py and the README)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -38,7 +38,7 @@ def edge(fn):
 @edge
 def recipes(c):
     """List the recipes: id, model, hardware, fixes."""
-    from cookbook import recipes as r
+    from cookbook.recipe import recipes as r
 
     for loaded in r.load_all():
         rec = loaded.recipe
@@ -50,8 +50,8 @@ def recipes(c):
 @edge
 def validate(c, recipe=None):
     """Validate recipes: schema, `extends`, and every rule."""
-    from cookbook import recipes as r
-    from cookbook import steps
+    from cookbook.image import steps
+    from cookbook.recipe import recipes as r
 
     loaded = [r.load(recipe)] if recipe else r.load_all()
     for item in loaded:
@@ -65,7 +65,7 @@ def validate(c, recipe=None):
 @edge
 def render(c, recipe=DEFAULT_RECIPE, out=None, standin=False, dry_run=False):
     """Render a recipe into a self-contained build context."""
-    from cookbook import steps
+    from cookbook.image import steps
 
     steps.render_recipe(recipe, out, standin, dry_run)
 
@@ -80,7 +80,7 @@ def render(c, recipe=DEFAULT_RECIPE, out=None, standin=False, dry_run=False):
 def build(c, recipe=DEFAULT_RECIPE, standin=False, tag=None, repo="gaudi-cookbook", allow_unwritten_fixes=False,
           dry_run=False):
     """Build a recipe's image on the Docker engine; print its id, size and what it adds over its base."""
-    from cookbook import steps
+    from cookbook.image import steps
 
     steps.build_recipe(recipe, standin, tag, repo, dry_run, allow_unwritten_fixes)
 
@@ -90,8 +90,8 @@ def build(c, recipe=DEFAULT_RECIPE, standin=False, tag=None, repo="gaudi-cookboo
 @edge
 def standin_(c, recipe=DEFAULT_RECIPE, rebuild=False, dry_run=False):
     """Build the offline stand-in base image (Debian rootfs + the release's Python files)."""
-    from cookbook import recipes as r
-    from cookbook import steps
+    from cookbook.image import steps
+    from cookbook.recipe import recipes as r
 
     base = steps.ensure_standin(r.load(recipe), dry_run=dry_run, rebuild=rebuild)
     print(base.image)
@@ -103,7 +103,7 @@ def standin_(c, recipe=DEFAULT_RECIPE, rebuild=False, dry_run=False):
 @edge
 def upstream_fetch(c, recipe=DEFAULT_RECIPE, from_=None, wheel=None, dry_run=False):
     """Fill the upstream source cache: vllm-gaudi at the pinned commit, vLLM's files from PyPI."""
-    from cookbook import steps
+    from cookbook.image import steps
 
     steps.fetch_upstream(recipe, from_, wheel, dry_run)
 
@@ -116,7 +116,7 @@ ns.add_collection(Collection("upstream", upstream_fetch))
 @edge
 def fixes_index(c, check=False):
     """Write fixes/pack.json from the fix.yaml files and profiles (--check: fail on drift)."""
-    from cookbook import fixes
+    from cookbook.recipe import fixes
 
     fixes.write_index(check=check)
 
@@ -125,7 +125,7 @@ def fixes_index(c, check=False):
 @edge
 def fixes_list(c, profile=None):
     """The pack order of a profile: each fix, opt-in or generic, written or not."""
-    from cookbook import fixes
+    from cookbook.recipe import fixes
 
     for line in fixes.describe(profile):
         print(line)
@@ -142,8 +142,8 @@ def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
     With --base: exit 0 when every fix matches, 4 when some target files differ but the pack still
     applies (a build on that base still refuses them), 1 when a fix does not apply.
     """
-    from cookbook import fix_base, fix_verify
-    from cookbook.errors import UsageError
+    from cookbook.fixpack import fix_base, fix_verify
+    from cookbook.host.errors import UsageError
 
     if site and not base:
         raise UsageError("--site goes with --base IMAGE", hint="invoke fixes.verify --base IMAGE --site DIR")
@@ -178,7 +178,7 @@ def fixes_rebase(c, base, profile="v0.26.0", site=None, no_lab=False, lab_fix=No
     """A candidate pack re-anchored on a base's own files, proved in the lab; fixes/ is never written."""
     from pathlib import Path
 
-    from cookbook import fix_rebase
+    from cookbook.fixpack import fix_rebase
 
     result = fix_rebase.rebase(base, profile, site, lab=not no_lab, lab_fixes=lab_fix or None,
                                keep=Path(keep) if keep else None, dry_run=dry_run)
@@ -200,7 +200,7 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="T
     """Scaffold a fix from an edited copy of a package: the diff against pristine, hashes filled in."""
     from pathlib import Path
 
-    from cookbook import fix_new
+    from cookbook.fixpack import fix_new
 
     fix_new.new_fix(name, Path(edited), package, profile, title=title, why=why, how=how, requires=requires,
                     dry_run=dry_run)
@@ -218,7 +218,7 @@ def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile="v0.2
     """Prove the fixes on CPU: each fix's lab tests fail on the pristine tree and pass on the patched one."""
     from pathlib import Path
 
-    from cookbook import fix_lab
+    from cookbook.fixpack import fix_lab
 
     report = fix_lab.lab(fix or None, Path(keep) if keep else None, upstream, profile, dry_run=dry_run, alone=alone)
     if report is None:
@@ -239,7 +239,7 @@ def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_
     """What the pack costs on the hot path: host syncs per steady decode step, pristine against patched."""
     from pathlib import Path
 
-    from cookbook import fix_lab
+    from cookbook.fixpack import fix_lab
 
     args = ("--workload", workload) + (("--no-prefix-caching",) if no_prefix_caching else ()) + (
         ("--sync-scheduling",) if sync_scheduling else ())
@@ -259,7 +259,7 @@ def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_r
     """What a newer release does to the pack: applies, already upstream, conflicts, target moved or gone."""
     from pathlib import Path
 
-    from cookbook import fix_drift
+    from cookbook.fixpack import fix_drift
 
     report = fix_drift.run(to, profile, from_, vllm, Path(out) if out else None, dry_run=dry_run)
     if report and not report.ports:
@@ -277,7 +277,8 @@ ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify
 @edge
 def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", dry_run=False):
     """Check an image with pytest-testinfra before any smoke run; writes the evidence file."""
-    from cookbook import imagecheck, recipes, steps
+    from cookbook.image import imagecheck, steps
+    from cookbook.recipe import recipes
 
     loaded = recipes.load(recipe)
     image = image or steps.moving_tag(loaded, repo, standin)
@@ -304,8 +305,8 @@ def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=None, kserve=
     """Render validated Kubernetes manifests (Deployment or KServe, Service, PDB) from a recipe and its image."""
     from pathlib import Path
 
-    from cookbook import k8s as k
-    from cookbook import recipes
+    from cookbook.recipe import recipes
+    from cookbook.release import k8s as k
 
     opts = k.Options(image, k.parse_replicas(replicas), kserve, k.parse_env(env), hf_secret, cache_claim)
     k.run(recipes.load(recipe), opts, local, Path(out) if out else None, allow_standin=standin, dry_run=dry_run)
@@ -322,8 +323,9 @@ def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo="gaudi-cookbook", record=N
     """Can this host serve the recipe? Habana runtime, driver, firmware, cards, memory, cache, port, image."""
     from pathlib import Path
 
-    from cookbook import doctor as d
-    from cookbook import recipes, steps
+    from cookbook.image import steps
+    from cookbook.prove import doctor as d
+    from cookbook.recipe import recipes
 
     loaded = recipes.load(recipe)
     image = image or steps.moving_tag(loaded, repo, False)
@@ -351,8 +353,8 @@ def publish(c, registry=None, recipe=DEFAULT_RECIPE, image=None, standin=False, 
 
     Credentials: COOKBOOK_REGISTRY_USER and COOKBOOK_REGISTRY_PASSWORD, else the Docker config; never printed.
     """
-    from cookbook import publish as p
-    from cookbook.errors import UsageError
+    from cookbook.host.errors import UsageError
+    from cookbook.release import publish as p
 
     if not registry:
         raise UsageError("invoke publish needs --registry HOST[:PORT][/NAMESPACE]",
@@ -371,7 +373,7 @@ def docs(c, check=False, site=None, dry_run=False):
     """Generate the recipe pages and the indexes of recipes and fixes under docs/ (--site DIR: mkdocs too)."""
     from pathlib import Path
 
-    from cookbook import docs as d
+    from cookbook.prove import docs as d
 
     d.write(check=check, dry_run=dry_run)
     if site:
@@ -408,8 +410,8 @@ def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", nam
     """
     from pathlib import Path
 
-    from cookbook import recipes as r
-    from cookbook import serve as s
+    from cookbook.prove import serve as s
+    from cookbook.recipe import recipes as r
 
     loaded = r.load(recipe)
     spec = s.spec_for(loaded, image=image, port=s.number(port, "--port") if port else None, runtime=runtime, name=name,
@@ -429,7 +431,7 @@ def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, role
     """The --image container of smoke and bench: the same `docker run` as `invoke serve`."""
     import os
 
-    from cookbook import serve as s
+    from cookbook.prove import serve as s
 
     if not image:
         return None
@@ -451,9 +453,9 @@ def bench(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale="1", repeats="3"
     """Run the recipe's performance scenarios: tokens/s, TTFT, end to end; JSON, Markdown rows, PNG."""
     from pathlib import Path
 
-    from cookbook import bench as b
-    from cookbook import recipes as r
-    from cookbook import serve as s
+    from cookbook.prove import bench as b
+    from cookbook.prove import serve as s
+    from cookbook.recipe import recipes as r
 
     loaded = r.load(recipe)
     spec = _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, "bench")
@@ -480,10 +482,10 @@ def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, 
     """Run the recipe's Verified checks against a running server; JSON and Markdown results, exit 1 on a failure."""
     from pathlib import Path
 
-    from cookbook import recipes as r
-    from cookbook import serve
-    from cookbook import smoke as s
-    from cookbook.paths import ROOT
+    from cookbook.host.paths import ROOT
+    from cookbook.prove import serve
+    from cookbook.prove import smoke as s
+    from cookbook.recipe import recipes as r
 
     loaded = r.load(recipe)
     spec = _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, "smoke")
@@ -527,8 +529,8 @@ def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_
     from pathlib import Path
 
     from cookbook import chain as ch
-    from cookbook import recipes
-    from cookbook import serve as s
+    from cookbook.prove import serve as s
+    from cookbook.recipe import recipes
 
     loaded = recipes.load(recipe)
     opts = ch.Options(runtime=runtime or None, repo=repo, hf_cache=hf_cache, env=s.parse_env(env),

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import CheckFailure, CookbookError, UsageError
-from .paths import ROOT, fixes_dir
-from .progress import say
-from .recipes import LoadedRecipe
+from .host.errors import CheckFailure, CookbookError, UsageError
+from .host.paths import ROOT, fixes_dir
+from .host.progress import say
+from .recipe.recipes import LoadedRecipe
 
 STEPS = ("doctor", "base", "build", "test", "weights", "serve", "smoke", "bench", "results", "docs", "stop")
 # Steps whose work belongs to one image: skipped when they passed for that image id before.
@@ -181,7 +181,8 @@ def default_out(loaded: LoadedRecipe) -> Path:
 def dry_run(loaded: LoadedRecipe, opts: Options) -> None:
     """The steps, with the base the pack is checked against, the container smoke and bench run against,
     and what an earlier run left (state.json)."""
-    from . import render, serve, steps, weights
+    from .image import render, steps
+    from .prove import serve, weights
 
     c = Chain(loaded, opts)
     spec = dataclasses.replace(c.spec(), image=steps.moving_tag(loaded, opts.repo, False))
@@ -242,7 +243,8 @@ class Chain:
 
     # the steps, each the function its task calls
     def doctor(self) -> str:
-        from . import doctor, steps
+        from .image import steps
+        from .prove import doctor
 
         if not self.opts.runtime:
             return "skipped: Docker's default runtime (a CPU run) has no Gaudi to check"
@@ -254,7 +256,10 @@ class Chain:
         return "host ready (image: built and checked next)"
 
     def base(self) -> str:
-        from . import engine, fix_base, fixes, render
+        from .fixpack import fix_base
+        from .host import engine
+        from .image import render
+        from .recipe import fixes
 
         ref = render.vault_base(self.loaded).from_ref
         profile = self.loaded.recipe.fixes.profile
@@ -270,14 +275,14 @@ class Chain:
         return f"the pack applies as recorded to {ref}"
 
     def build(self) -> str:
-        from . import steps
+        from .image import steps
 
         built = steps.build_recipe(str(self.loaded.path), False, None, self.opts.repo, False)
         self.image_id = built.image_id
         return built.image_id[:19]
 
     def test(self) -> str:
-        from . import imagecheck, steps
+        from .image import imagecheck, steps
 
         result = imagecheck.run(self.loaded, self.image_id, steps.base_for(self.loaded, False))
         if not result.passed:
@@ -285,12 +290,12 @@ class Chain:
         return f"evidence {result.evidence}"
 
     def weights(self) -> str:
-        from . import weights
+        from .prove import weights
 
         return weights.step(self.loaded, self.opts.hf_cache, self.weights_record).detail
 
     def spec(self):
-        from . import serve
+        from .prove import serve
 
         o = self.opts
         return serve.spec_for(self.loaded, image=self.image_id, runtime=o.runtime, hf_cache=o.hf_cache, env=o.env,
@@ -298,7 +303,7 @@ class Chain:
                               name=o.name or f"cookbook-verify-{self.loaded.id}", role="smoke")
 
     def smoke(self, running) -> str:
-        from . import smoke
+        from .prove import smoke
 
         result = smoke.task(str(self.loaded.path), running.url, None, self.out / "smoke", self.opts.smoke_only, False,
                             image=self.image_id, image_id=running.image_id, runtime=self.opts.runtime)
@@ -308,7 +313,7 @@ class Chain:
         return f"{len(result.rows)} checks"
 
     def bench(self, running) -> str:
-        from . import bench, results
+        from .prove import bench, results
 
         facts = results.image_target(self.image_id, running.image_id, self.opts.runtime,
                                      results.image_labels(running.image_id))
@@ -320,7 +325,7 @@ class Chain:
         return f"{len(doc['scenarios'])} scenarios"
 
     def results(self) -> str:
-        from . import docs, results
+        from .prove import docs, results
 
         root = self.opts.results_root or results.RESULTS
         if root.resolve() == results.RESULTS.resolve():  # what the pages read: never CPU runs of a Gaudi recipe
@@ -338,7 +343,8 @@ class Chain:
     def docs(self) -> str:
         """The repository's pages (`invoke docs`) when the results went into its results/ folder; and
         always this recipe's page, as it reads the results now, under the chain's folder."""
-        from . import docs, fixes, recipes, results
+        from .prove import docs, results
+        from .recipe import fixes, recipes
 
         root = self.opts.results_root or results.RESULTS
         said = ""
@@ -350,7 +356,7 @@ class Chain:
         return said + f"page {page}"
 
     def figures(self) -> tuple[list, list]:
-        from . import docs, results
+        from .prove import docs, results
 
         root = self.opts.results_root or results.RESULTS
         return docs.measured_rows(self.loaded, results.load(self.loaded.id, "smoke", root),
@@ -360,7 +366,7 @@ class Chain:
 def run(loaded: LoadedRecipe, opts: Options) -> Chain:
     """The whole chain; the container serve starts is removed when smoke and bench end, whatever happens
     (serve.container: failure, Ctrl-C, SIGTERM)."""
-    from . import serve
+    from .prove import serve
 
     c = Chain(loaded, opts)
     try:

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Derive cookbook/schemas/kserve.yaml from a KServe git repository (a bare mirror or a clone):
+"""Derive cookbook/release/schemas/kserve.yaml from a KServe git repository (a bare mirror or a clone):
 
     .venv/bin/python scripts/derive-kserve-schema.py /path/to/kserve [--ref v0.20.0]
 
 Run it when `invoke k8s --kserve` starts to render a field the committed schema does not list, or to
-move to another KServe release (then set KSERVE_REF in cookbook/k8s_schema.py to match)."""
+move to another KServe release (then set KSERVE_REF in cookbook/release/k8s_schema.py to match)."""
 
 import argparse
 import sys
@@ -12,7 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cookbook import k8s, k8s_schema, recipes  # noqa: E402
+from cookbook.recipe import recipes  # noqa: E402
+from cookbook.release import k8s, k8s_schema
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("source")

@@ -20,8 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cookbook import engine, recipes, render, standin, steps  # noqa: E402
-from cookbook.fixes import fixplan  # noqa: E402
+from cookbook.host import engine
+from cookbook.image import render, standin, steps  # noqa: E402
+from cookbook.recipe import recipes
+from cookbook.recipe.fixes import fixplan  # noqa: E402
 
 RID = "qwen3.5-27b-fp8"
 
@@ -101,9 +103,10 @@ def measure_full_pack() -> None:
 
     import yaml
 
-    from cookbook import fix_new, fixes
-    from cookbook.fix_sources import package_roots
-    from cookbook.paths import FIXES
+    from cookbook.fixpack import fix_new
+    from cookbook.fixpack.fix_sources import package_roots
+    from cookbook.host.paths import FIXES
+    from cookbook.recipe import fixes
 
     with tempfile.TemporaryDirectory() as tmp:
         pack = Path(tmp) / "fixes"

@@ -1,4 +1,4 @@
-"""Run by tests/test_bench.py with the CPU vLLM environment's Python: `invoke bench`'s measuring code and
+"""Run by tests/prove/test_bench.py with the CPU vLLM environment's Python: `invoke bench`'s measuring code and
 `vllm bench serve` (its own parser and main; the package's `vllm` console script is broken) on the same
 server and the same workload, in blocks of a few requests taken in turns (v c c v v c ...).
 
@@ -37,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cookbook import bench  # noqa: E402
-from cookbook.openai_client import Server  # noqa: E402
+from cookbook.prove import bench  # noqa: E402
+from cookbook.prove.openai_client import Server  # noqa: E402
 
 
 def vllm_args(url, model, tokenizer, streams, prompts, input_len, output_len, seed, salt):

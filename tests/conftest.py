@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cookbook import fixes
-from cookbook.paths import FIXES, RECIPES, ROOT
+from cookbook.host.paths import FIXES, RECIPES, ROOT
+from cookbook.recipe import fixes
 
 REFERENCE = RECIPES / "Qwen" / "Qwen3.5-27B-FP8" / "recipe.yaml"
 DELETE = object()
-# The fix lab has its own pytest root and environment (cookbook/fix_lab.py runs it).
+# The fix lab has its own pytest root and environment (cookbook/fixpack/fix_lab.py runs it).
 collect_ignore = ["lab"]
 
 # What starts a Docker engine's containers or builds, a CPU vLLM server, or a fix-lab run. A test whose
@@ -92,7 +92,8 @@ def docker_engine():
 
 @pytest.fixture(scope="session")
 def upstream_cache():
-    from cookbook import recipes, upstream
+    from cookbook.host import upstream
+    from cookbook.recipe import recipes
 
     pins = upstream.pins_for(recipes.load("qwen3.5-27b-fp8").recipe.base)
     try:
@@ -110,7 +111,7 @@ TEST_REPO = f"cookbook-test/session-{os.getpid()}"
 @pytest.fixture(scope="session")
 def made_images(docker_engine):
     """Tags the session made (append them); every one is removed when the session ends."""
-    from cookbook import engine
+    from cookbook.host import engine
 
     made: list[str] = []
     yield made
@@ -136,7 +137,7 @@ def with_testpack(testpack, monkeypatch):
 @pytest.fixture(scope="session")
 def testpack_image(made_images, testpack):
     """qwen3.5-27b-fp8 built on the stand-in with the test pack applied at build time."""
-    from cookbook import steps
+    from cookbook.image import steps
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COOKBOOK_FIXES_DIR", str(testpack))
@@ -149,7 +150,7 @@ def testpack_image(made_images, testpack):
 def hostile_image(docker_engine, upstream_cache, made_images, tmp_path_factory):
     """The recipe of tests/hostile.py built on the stand-in (one build serves every test of it); its
     tags are removed at the end of the session (made_images)."""
-    from cookbook import steps
+    from cookbook.image import steps
 
     from . import hostile
 
@@ -170,7 +171,7 @@ def vllm_cpu():
 @pytest.fixture(scope="session")
 def fix_lab_env(upstream_cache):
     """The fix lab's environment (scripts/fix-lab.sh builds it); what every lab run needs."""
-    from cookbook import fix_lab
+    from cookbook.fixpack import fix_lab
 
     try:
         return fix_lab.environment()

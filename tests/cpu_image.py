@@ -1,5 +1,5 @@
 """The CPU test recipe built into an image by the real pipeline (`invoke build`'s steps.build_recipe) on
-the vLLM CPU base (cookbook/cpubase.py), for the `--image` runs of tests/test_bench.py.
+the vLLM CPU base (cookbook/image/cpubase.py), for the `--image` runs of tests/prove/test_bench.py.
 
 The recipe is the smoke tests' CPU recipe with a fix profile of no fixes (the pack patches vllm-gaudi,
 which a CPU image does not hold); its base is the CPU base's content-keyed tag, so it is written when

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from cookbook import derive
-from cookbook.paths import ROOT, cache_dir
+from cookbook.host.paths import ROOT, cache_dir
+from cookbook.recipe import derive
 
 from .conftest import unavailable
 
@@ -170,7 +170,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def tiny_recipe():
-    from cookbook import recipes
+    from cookbook.recipe import recipes
 
     return recipes.load(TEST_RECIPE, root=TEST_RECIPE.parents[2])
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import yaml
 
-from cookbook import fix_new, fixes
-from cookbook.fix_sources import package_roots
-from cookbook.paths import FIXES
+from cookbook.fixpack import fix_new
+from cookbook.fixpack.fix_sources import package_roots
+from cookbook.host.paths import FIXES
+from cookbook.recipe import fixes
 
 RUNNER = "v1/worker/hpu_model_runner.py"
 REQUEST = "v1/request.py"

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cookbook import chain, recipes
-from cookbook.errors import CheckFailure
-from cookbook.measured import Row
+from cookbook import chain
+from cookbook.host.errors import CheckFailure
+from cookbook.prove.measured import Row
+from cookbook.recipe import recipes
 
 A, B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 
@@ -120,7 +121,7 @@ def test_summary(outcomes, checks, scenarios, want):
 
 
 def test_the_summary_shows_the_pages_rows():
-    from cookbook import docs
+    from cookbook.prove import docs
     checks, scenarios = docs.measured_rows(loaded(), None, None)
     lines = chain.summary([], checks, scenarios)
     assert all(f"  {r.title}: {r.published} | not measured yet" in lines for r in checks + scenarios)
@@ -156,9 +157,9 @@ def test_dry_run_says_what_the_weights_step_would_fetch(tmp_path):
 def test_the_weights_step_fetches_before_the_server_then_finds_them_present(tmp_path, monkeypatch):
     """The chain's weights step is the serve task's: the stand-in Hub is asked once; a resumed chain
     finds the verified files in the cache without a request. A model the run mounts fetches nothing."""
-    from . import test_weights
     from .cpu_server import TEST_RECIPE
     from .fake_hub import FakeHub, Repo
+    from .prove import test_weights
 
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
@@ -194,8 +195,8 @@ def test_dry_run_says_what_an_earlier_run_left(tmp_path):
 def cpu_recipe(docker_engine, tmp_path_factory):
     """The CPU image recipe (tests/cpu_image.py) on the vLLM CPU base, and the trained tiny model; the
     chain builds the image itself."""
-    from cookbook import cpubase
-    from cookbook.errors import BuildError
+    from cookbook.host.errors import BuildError
+    from cookbook.image import cpubase
 
     from . import cpu_image
     from .conftest import unavailable
@@ -212,7 +213,7 @@ def cpu_recipe(docker_engine, tmp_path_factory):
 def chain_command(cpu_recipe, name: str, out: Path, res: Path) -> tuple[list[str], dict]:
     import os
 
-    from cookbook.paths import ROOT
+    from cookbook.host.paths import ROOT
 
     from . import cpu_image
     from .conftest import TEST_REPO
@@ -246,8 +247,10 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
     on this very image; the container is gone afterwards. A second run on the same image redoes nothing."""
     import uuid
 
-    from cookbook import docs, engine, recipes, results
-    from cookbook.paths import ROOT
+    from cookbook.host import engine
+    from cookbook.host.paths import ROOT
+    from cookbook.prove import docs, results
+    from cookbook.recipe import recipes
 
     path, pack, _ = cpu_recipe
     name = f"cookbook-test-chain-{uuid.uuid4().hex[:8]}"
@@ -293,7 +296,7 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
     (["cards", "memory"], ["cards", "memory"]),
 ])
 def test_only_the_image_check_of_the_doctor_waits_for_the_build(failed, blockers):
-    from cookbook import doctor
+    from cookbook.prove import doctor
 
     names = ["runtime", "driver", "cards", "memory", "image"]
     checks = [doctor.Check(n, doctor.FAIL if n in failed else doctor.OK, "") for n in names]
@@ -305,7 +308,7 @@ def test_only_the_image_check_of_the_doctor_waits_for_the_build(failed, blockers
     (["weights"], ("weights",)), (["smoke"], None), (["build"], None), (["stop"], None),
 ])
 def test_only_checks_may_be_skipped_never_the_steps_that_make_the_figures(skip, ok):
-    from cookbook.errors import UsageError
+    from cookbook.host.errors import UsageError
 
     if ok is None:
         with pytest.raises(UsageError, match="may be skipped"):
@@ -326,8 +329,8 @@ def test_sigterm_during_smoke_stops_the_server_and_says_where_it_stopped(cpu_rec
     import time
     import uuid
 
-    from cookbook import engine
-    from cookbook.paths import ROOT
+    from cookbook.host import engine
+    from cookbook.host.paths import ROOT
 
     name = f"cookbook-test-chain-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "verify"
@@ -356,9 +359,9 @@ def test_sigterm_during_smoke_stops_the_server_and_says_where_it_stopped(cpu_rec
 def test_cpu_figures_of_a_gaudi_recipe_never_go_where_the_pages_read(tmp_path, monkeypatch):
     """The results step refuses to copy a CPU run of a Gaudi recipe into results/ (what `invoke docs` publishes);
     into a folder of the run's own (--results) it may go, labelled as CPU figures there."""
-    from cookbook import results
+    from cookbook.prove import results
 
-    from .test_docs import write_bench, write_smoke
+    from .prove.test_docs import write_bench, write_smoke
 
     monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
     out = tmp_path / "v"

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from cookbook import engine
-from cookbook.paths import ROOT
+from cookbook.host import engine
+from cookbook.host.paths import ROOT
 
 from .conftest import TEST_REPO
 

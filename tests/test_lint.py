@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cookbook.paths import ROOT
+from cookbook.host.paths import ROOT
 
 
 def test_ruff_clean():

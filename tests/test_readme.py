@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cookbook.paths import ROOT
+from cookbook.host.paths import ROOT
 
 README = (ROOT / "README.md").read_text()
 
@@ -38,7 +38,7 @@ def test_task_list_is_current():
 
 
 def test_exit_codes_are_documented():
-    from cookbook import errors
+    from cookbook.host import errors
 
     table = dict(re.findall(r"^\| (\d) \| (.+) \|$", README, re.M))
     assert "work ran and failed" in table[str(errors.FAILED)]

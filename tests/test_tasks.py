@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cookbook import recipes, steps
-from cookbook.paths import ROOT
+from cookbook.host.paths import ROOT
+from cookbook.image import steps
+from cookbook.recipe import recipes
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
@@ -117,7 +118,7 @@ def test_engine_and_network_failures_exit_3(tmp_path):
 
 @pytest.mark.docker
 def test_an_unpullable_base_exits_3(docker_engine):
-    from cookbook import engine
+    from cookbook.host import engine
 
     loaded = recipes.load("qwen3.5-27b-fp8")
     if engine.image_exists(steps.base_for(loaded, use_standin=False).from_ref):
@@ -128,7 +129,7 @@ def test_an_unpullable_base_exits_3(docker_engine):
 
 
 def test_validate_says_which_fixes_are_not_written():
-    from cookbook import fixes
+    from cookbook.recipe import fixes
 
     out = invoke("validate")
     assert out.returncode == 0, out.stderr
@@ -140,7 +141,7 @@ def test_validate_says_which_fixes_are_not_written():
 
 def test_real_base_build_dry_run_of_a_recipe_with_its_whole_pack_written():
     # Every fix qwen3.5-27b-fp8 selects is written, so the real-base build is not refused (the refusal
-    # itself, on a pack that lacks a fix: tests/test_steps.py).
+    # itself, on a pack that lacks a fix: tests/image/test_steps.py).
     out = invoke("build", "--recipe", "qwen3.5-27b-fp8", "--dry-run")
     assert out.returncode == 0, out.stderr
     assert "not written" not in out.stderr + out.stdout and "Traceback" not in out.stderr

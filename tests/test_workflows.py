@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cookbook import recipes
-from cookbook.paths import ROOT
+from cookbook.host.paths import ROOT
+from cookbook.recipe import recipes
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))

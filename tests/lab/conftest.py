@@ -1,8 +1,8 @@
 """The fix lab's pytest root. It runs in the lab's own environment (scripts/fix-lab.sh), never in
-the project's .venv: `cookbook.fix_lab.run` starts it with a release tree (pristine or patched) first
+the project's .venv: `cookbook.fixpack.fix_lab.run` starts it with a release tree (pristine or patched) first
 on PYTHONPATH, the Gaudi stubs after it and `-p lab_stubs`. Each `test_fix_<name>.py` (and its
 end-to-end companion `test_fix_<name>_engine.py`) proves one fix: every test in it fails on the
-pristine tree and passes on the patched one (tests/test_fix_lab.py holds the lab to that). Run by hand:
+pristine tree and passes on the patched one (tests/fixpack/test_fix_lab.py holds the lab to that). Run by hand:
 
     cd tests/lab && PYTHONPATH=<tree>:stubs COOKBOOK_LAB_TREE=<tree> VLLM_USE_FAKE_HPU=1 \\
         $(../../scripts/fix-lab.sh --print)/bin/python -m pytest -p lab_stubs
@@ -19,7 +19,7 @@ TREE = Path(os.environ["COOKBOOK_LAB_TREE"]) if os.environ.get("COOKBOOK_LAB_TRE
 def pytest_configure(config):
     if TREE is None:
         raise pytest.UsageError("COOKBOOK_LAB_TREE is not set: run the lab through `invoke fixes.lab` "
-                                "or cookbook.fix_lab.run, which lays out a release tree")
+                                "or cookbook.fixpack.fix_lab.run, which lays out a release tree")
 
 
 @pytest.fixture(scope="session")

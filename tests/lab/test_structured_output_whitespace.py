@@ -1,5 +1,5 @@
 """What whitespace-free-forced-tool-calls must leave as vLLM 0.26.0 has it, on the pristine and the
-patched tree alike (not a fix module: tests/test_fix_lab.py runs it on both trees and wants it green).
+patched tree alike (not a fix module: tests/fixpack/test_fix_lab.py runs it on both trees and wants it green).
 
 - A plain structured output (`response_format` json_schema), with and without the server-wide
   `disable_any_whitespace` and with the per-request field of the same name (which stock ignores),

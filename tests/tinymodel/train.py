@@ -2,7 +2,7 @@
 
 No downloads: a byte-level BPE tokenizer is trained here on the suite's own prompts, with a
 Qwen3-style chat template (system, tools, tool calls and results, <think>), and a 2-layer Qwen3
-(hidden 128, head_dim 32) learns to answer cookbook/smoke/prompts.py's conversations with fixed
+(hidden 128, head_dim 32) learns to answer cookbook/prove/smoke/prompts.py's conversations with fixed
 text at temperature 0: a think block, then the known answer, a qwen3_coder XML `get_weather` call
 when tools are given, an answer that uses the tool's result, compact JSON, the needle's word, or a
 greeting. Random weights cannot do this (tool calls, JSON and reasoning never close).

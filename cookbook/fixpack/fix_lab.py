@@ -1,0 +1,534 @@
+"""The fix lab: the release's real Python files, pristine and patched, exercised on a CPU.
+
+A tree is a site-packages folder laid out as the image has it (vLLM's and vllm-gaudi's Python files
+from the upstream cache, with their install metadata). The patched tree is made by the project's
+own `fixes/apply_all.py` applying the pack to a pristine tree, so the lab tests exactly what an
+image gets. The lab's tests (`tests/lab/`) run in the lab's own environment (scripts/fix-lab.sh:
+CPU torch and vLLM's pure-Python requirements) with the tree first on the path; each fix's module,
+`tests/lab/test_fix_<name>.py`, must fail on the pristine tree and pass on the patched one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..host import upstream
+from ..host.errors import CookbookError, UsageError
+from ..host.paths import FIXES, ROOT
+from ..host.paths import fixes_dir as default_fixes_dir
+from ..host.progress import say
+from ..image import standin
+from ..recipe import fixes
+
+LAB_TESTS = ROOT / "tests" / "lab"
+STUBS = LAB_TESTS / "stubs"
+UPSTREAM_EXCLUDED = LAB_TESTS / "upstream-excluded.txt"
+UPSTREAM_TESTS = "tests/unit_tests"
+BUILD_SCRIPT = ROOT / "scripts" / "fix-lab.sh"
+TREE_MARKER = ".cookbook-lab-tree"  # what `--keep` may replace: only trees the lab laid out
+# The env the fixes are applied under: the recipe's compile mode, and the guard gdn-prefix-cache names.
+APPLY_ENV = {"PT_HPU_LAZY_MODE": "0", "VLLM_COMPACT_GDN": "1"}
+
+
+class LabError(CookbookError):
+    """The fix lab's environment or a tree is missing or cannot be made."""
+
+
+# A fix may also have an end-to-end module, `test_fix_<name>_engine.py` (the release's engine run on
+# the CPU), held to the same rule as its own module.
+ENGINE_SUFFIX = "_engine"
+
+
+def module_for(fix: str) -> Path:
+    return LAB_TESTS / f"test_fix_{fix.replace('-', '_')}.py"
+
+
+def modules_for(fix: str) -> list[Path]:
+    """The fix's lab modules that exist: its own, then its end-to-end one."""
+    own = module_for(fix)
+    return [p for p in (own, own.with_name(own.stem + ENGINE_SUFFIX + ".py")) if p.is_file()]
+
+
+def fix_of(module: str) -> str | None:
+    """`test_fix_prompt_order` and `test_fix_prompt_order_engine` -> `prompt-order`; None for the lab's
+    other modules."""
+    stem = Path(module).stem.removesuffix(ENGINE_SUFFIX)
+    return stem[len("test_fix_"):].replace("_", "-") if stem.startswith("test_fix_") else None
+
+
+# The pack's own modules, `test_pack_<what>.py`: the whole pack under conditions no single fix owns (the
+# recipe's serving conditions). Held to the fixes' rule as one verdict named PACK: every test fails on
+# the pristine tree and passes on the patched one.
+PACK_PREFIX = "test_pack_"
+PACK = "the whole pack"
+
+
+def pack_modules() -> list[Path]:
+    return sorted(LAB_TESTS.glob(PACK_PREFIX + "*.py"))
+
+
+def owner_of(module: str) -> str | None:
+    """The verdict a lab module's tests count for: its fix, PACK, or None (modules that must pass on
+    both trees)."""
+    return PACK if Path(module).name.startswith(PACK_PREFIX) else fix_of(module)
+
+
+def environment() -> Path:
+    """The lab's Python environment, or an error that names the command that builds it."""
+    out = subprocess.run(["bash", str(BUILD_SCRIPT), "--print"], capture_output=True, text=True, check=True)
+    env = Path(out.stdout.strip())
+    if not (env / ".complete").is_file():
+        raise LabError(f"the fix lab environment is not built ({env})", hint=f"run {BUILD_SCRIPT}")
+    return env
+
+
+def pins_for(profile: fixes.ProfileSpec) -> upstream.Pins:
+    gaudi, vllm = profile.packages["vllm_gaudi"], profile.packages["vllm"]
+    return upstream.Pins("v" + gaudi.version.lstrip("v"), gaudi.commit, vllm.version)
+
+
+def make_tree(dest: Path, profile_name: str = "v0.26.0", patched: bool = False,
+              fixes_dir: Path | None = None, only: list[str] | None = None,
+              base_files: dict[tuple[str, str], bytes] | None = None) -> Path:
+    """A site-packages tree of the release at `dest`; with `patched`, the profile's written fixes
+    (opt-ins included; with `only`, those fixes and what they require) applied by apply_all.py exactly
+    as an image build applies them. `base_files` {(package, path): bytes} replace the release's files
+    first: a base image's own target files, as `fixes.rebase` proves a candidate pack on them."""
+    fixes_dir = fixes_dir or default_fixes_dir()
+    profile = fixes.load_profile(profile_name, fixes_dir)
+    standin.lay_site_packages(pins_for(profile), dest)
+    for (package, path), data in (base_files or {}).items():
+        (dest / package / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / package / path).write_bytes(data)
+    (dest / TREE_MARKER).write_text("A release tree laid out by the fix lab; `invoke fixes.lab --keep` replaces it.\n")
+    if patched:
+        apply_pack(dest, profile_name, profile, fixes_dir, with_requirements(only, fixes_dir) if only else None)
+    return dest
+
+
+def with_requirements(names: list[str], fixes_dir: Path | None = None) -> list[str]:
+    """`names` and every fix they require, transitively."""
+    out: list[str] = []
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.append(name)
+            todo += fixes.load_fix(name, fixes_dir).requires
+    return out
+
+
+def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_dir: Path,
+               names: list[str] | None = None) -> None:
+    """apply_all.py on `site` with the profile's written fixes, or those of `names` in pack order."""
+    chosen = [n for n in profile.order if names is None or n in names]
+    present = fixes.resolve(profile, chosen, fixes_dir)
+    with tempfile.TemporaryDirectory(prefix="cookbook-labpack.") as tmp:
+        for rel, data in fixes.pack_files(profile_name, list(present), fixes_dir).items():
+            path = Path(tmp) / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        opt_in = [n for n in present if n in profile.opt_in]
+        # The lab's Python, the one that imports the tree: a fix's dependency ranges are checked on its path.
+        python = environment() / "bin" / "python"
+        cmd = [str(python), str(FIXES / "apply_all.py"), "--profile", profile_name, *opt_in, "--site", str(site),
+               "--pack", str(Path(tmp) / "pack.json"), "--record", str(site / "fix-record.json"), "--quiet"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **APPLY_ENV})
+    if proc.returncode != 0:
+        what = "the fix pack" if names is None else ", ".join(present)
+        raise LabError(f"{what} does not apply to the pristine release in the lab:\n"
+                       + (proc.stderr or proc.stdout).strip(), hint="run invoke fixes.verify")
+
+
+@dataclass
+class Run:
+    """One pytest run of the lab: outcome per test node id ("passed", "failed", "skipped")."""
+
+    tree: Path
+    outcomes: dict[str, str] = field(default_factory=dict)
+    returncode: int = 0
+    output: str = ""
+
+    def by_fix(self) -> dict[str, dict[str, str]]:
+        """Outcomes by the verdict they count for: a fix's name, or PACK."""
+        out: dict[str, dict[str, str]] = defaultdict(dict)
+        for node, outcome in self.outcomes.items():
+            owner = owner_of(node.split("::")[0])
+            if owner:
+                out[owner][node] = outcome
+        return dict(out)
+
+
+def lab_env_vars(tree: Path) -> dict[str, str]:
+    """The tree first on the path, then the stubs for the Gaudi software; upstream's own fake-HPU
+    switch; no Hub access (the lab builds what it needs)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PT_HPU"))}
+    env.update({
+        "PYTHONPATH": os.pathsep.join([str(tree), str(STUBS)]),
+        "COOKBOOK_LAB_TREE": str(tree),
+        "VLLM_USE_FAKE_HPU": "1",
+        "PT_HPU_LAZY_MODE": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "2"),
+    })
+    return env
+
+
+def run(tree: Path, targets: list[str], *, cwd: Path = LAB_TESTS, extra: list[str] | None = None,
+        timeout: int = 3600) -> Run:
+    """Run pytest in the lab environment on `tree`; outcomes come from pytest's junit XML."""
+    python = environment() / "bin" / "python"
+    with tempfile.TemporaryDirectory(prefix="cookbook-labrun.") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab_stubs",
+               f"--junitxml={junit}", "-o", "junit_family=xunit1", *(extra or []), *targets]
+        proc = subprocess.run(cmd, cwd=cwd, env=lab_env_vars(tree), capture_output=True, text=True,
+                              timeout=timeout)
+        outcomes = parse_junit(junit, cwd) if junit.is_file() else {}
+    return Run(tree, outcomes, proc.returncode, proc.stdout + proc.stderr)
+
+
+def parse_junit(path: Path, cwd: Path) -> dict[str, str]:
+    """{node id: outcome} from pytest's xunit1 junit XML (file attribute relative to `cwd`)."""
+    out = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        classname = case.get("classname", "")
+        file = case.get("file") or classname.replace(".", "/") + ".py"
+        module = file.removesuffix(".py").replace("/", ".")
+        # xunit1 puts a test class after the module in `classname`: file::Class::test
+        inner = classname[len(module) + 1:] if classname.startswith(module + ".") else ""
+        node = "::".join([file, *([inner] if inner else []), case.get("name")])
+        if case.find("skipped") is not None:
+            out[node] = "skipped"
+        elif case.find("failure") is not None or case.find("error") is not None:
+            out[node] = "failed"
+        else:
+            out[node] = "passed"
+    return out
+
+
+def written_fixes(profile_name: str = "v0.26.0", fixes_dir: Path | None = None) -> list[str]:
+    fixes_dir = fixes_dir or default_fixes_dir()
+    profile = fixes.load_profile(profile_name, fixes_dir)
+    return [n for n in profile.order if (fixes_dir / n / "fix.yaml").is_file()]
+
+
+def upstream_tests_root(profile_name: str = "v0.26.0") -> Path:
+    profile = fixes.load_profile(profile_name, default_fixes_dir())
+    gaudi, _ = upstream.require(pins_for(profile))
+    return gaudi
+
+
+def upstream_excluded(path: Path | None = None) -> dict[str, str]:
+    """{node id or node id prefix: why it cannot run here} from tests/lab/upstream-excluded.txt: each
+    entry is under a `#` paragraph that gives its reason (a Gaudi kernel, a Hub download, ...)."""
+    path = path or UPSTREAM_EXCLUDED
+    out: dict[str, str] = {}
+    why: list[str] = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line:  # a blank line ends a paragraph and its entries
+            why = []
+        elif line.startswith("#"):
+            why.append(line.lstrip("#").strip())
+        elif not why:
+            raise LabError(f"{path}:{number}: {line} has no reason (a # paragraph right above its entries)")
+        else:
+            out[line] = " ".join(why)
+    return out
+
+
+def run_upstream(tree: Path, excluded: dict[str, str] | None = None, profile_name: str = "v0.26.0") -> Run:
+    """All of vllm-gaudi's own unit tests (from the upstream cache, at the pinned commit) on `tree`, but
+    the excluded ones, with the "hpu" device and the Hub model they name standing in
+    (tests/lab/stubs/lab_hpu_device.py). They run from a copy of the tests folder, so the cached
+    checkout's package never shadows the tree."""
+    excluded = upstream_excluded() if excluded is None else excluded
+    src = upstream_tests_root(profile_name)
+    with tempfile.TemporaryDirectory(prefix="cookbook-upstream-tests.") as tmp:
+        shutil.copytree(src / "tests", Path(tmp) / "tests")
+        shutil.copy2(src / "pytest_compat.py", Path(tmp) / "pytest_compat.py")
+        say(f"fix lab: vllm-gaudi's {UPSTREAM_TESTS} on {tree.name}, {len(excluded)} entries excluded")
+        deselect = [arg for node in excluded for arg in ("--deselect", node)]
+        return run(tree, [UPSTREAM_TESTS], cwd=Path(tmp),
+                   extra=["-p", "lab_hpu_device", "-p", "pytest_compat", "--rootdir", tmp, *deselect])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    fix: str
+    pristine: dict[str, str]
+    patched: dict[str, str]
+
+    @property
+    def problems(self) -> list[str]:
+        out = []
+        if not self.patched:
+            out.append(f"no lab tests ({module_for(self.fix).relative_to(ROOT)})")
+        out += [f"{node} passes on the pristine tree: it cannot show the bug"
+                for node, o in self.pristine.items() if o == "passed"]
+        out += [f"{node} {o} on the patched tree" for node, o in self.patched.items() if o != "passed"]
+        return out
+
+
+def verdicts(pristine: Run, patched: Run, names: list[str]) -> list[Verdict]:
+    a, b = pristine.by_fix(), patched.by_fix()
+    return [Verdict(n, a.get(n, {}), b.get(n, {})) for n in names]
+
+
+@dataclass(frozen=True)
+class Alone:
+    """A fix's lab tests on a tree with that fix alone (and what it requires) applied to pristine: a fix
+    that passes only because another one is applied is a defect."""
+
+    fix: str
+    outcomes: dict[str, str]
+    error: str = ""
+
+    @property
+    def problems(self) -> list[str]:
+        if self.error:
+            return [f"alone: {self.error}"]
+        if not self.outcomes:
+            return ["alone: no lab tests ran"]
+        return [f"alone: {node} {o}" for node, o in self.outcomes.items() if o != "passed"]
+
+
+def run_alone(root: Path, fix: str, profile_name: str, fixes_dir: Path | None,
+              base_files: dict[tuple[str, str], bytes] | None = None) -> Alone:
+    tree = root / fix
+    try:
+        make_tree(tree, profile_name, patched=True, fixes_dir=fixes_dir, only=[fix], base_files=base_files)
+    except LabError as exc:
+        return Alone(fix, {}, str(exc).splitlines()[0])
+    try:
+        outcomes = run(tree, [str(m.relative_to(LAB_TESTS)) for m in modules_for(fix)]).by_fix().get(fix, {})
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    return Alone(fix, outcomes)
+
+
+@dataclass
+class Report:
+    verdicts: list[Verdict]
+    upstream: Run | None = None
+    runs: tuple[Run, ...] = ()
+    alone: list[Alone] = field(default_factory=list)
+
+    @property
+    def upstream_broken(self) -> list[str]:
+        """Upstream's tests that did not pass (their own skips aside), and a run that collected none."""
+        if self.upstream is None:
+            return []
+        if not self.upstream.outcomes:
+            return [f"no upstream test ran (pytest exit {self.upstream.returncode}): "
+                    + (self.upstream.output.strip().splitlines() or ["no output"])[-1]]
+        return sorted(n for n, o in self.upstream.outcomes.items() if o not in ("passed", "skipped"))
+
+    @property
+    def ok(self) -> bool:
+        return (not any(v.problems for v in self.verdicts) and not self.upstream_broken
+                and not any(a.problems for a in self.alone))
+
+
+# Lab runs at a time: each is a pytest process of its own (2 cores here).
+LAB_WORKERS = 2
+
+
+def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: bool = False,
+        profile_name: str = "v0.26.0", fixes_dir: Path | None = None, dry_run: bool = False,
+        alone: bool = False, base_files: dict[tuple[str, str], bytes] | None = None) -> Report | None:
+    """`invoke fixes.lab`: both trees, the lab's tests on each (the pack's own modules too when no fix
+    is named), with `alone` each fix's tests on a tree with that fix alone, and (optionally) upstream's
+    unit tests that pass on the pristine release run on the patched one."""
+    names = only or written_fixes(profile_name, fixes_dir)
+    modules = [m for n in names for m in modules_for(n)] + ([] if only else pack_modules())
+    if not only and pack_modules():
+        names = [*names, PACK]
+    targets = [str(m.relative_to(LAB_TESTS)) for m in modules]
+    fix_names = [n for n in names if n != PACK]
+    if dry_run:
+        print(f"lay out the pristine and the patched release trees in {keep or 'a temporary folder'}")
+        print(f"{environment()}/bin/python -m pytest -p lab_stubs {' '.join(targets)}  (on each tree)")
+        if alone:
+            print(f"and each fix's modules on a tree with that fix alone (and what it requires): "
+                  f"{len(fix_names)} trees")
+        if with_upstream:
+            print(f"and vllm-gaudi's {UPSTREAM_TESTS} on the patched tree, less the "
+                  f"{len(upstream_excluded())} entries of {UPSTREAM_EXCLUDED.name}")
+        return None
+    if keep:
+        for kind in ("pristine", "patched"):
+            check_replaceable(keep / kind)
+    with tempfile.TemporaryDirectory(prefix="cookbook-lab.") as tmp:
+        root = keep or Path(tmp)
+        trees = {}
+        for kind in ("pristine", "patched"):
+            dest = root / kind
+            if dest.exists():
+                shutil.rmtree(dest)
+            say(f"fix lab: laying out the {kind} tree in {dest}")
+            trees[kind] = make_tree(dest, profile_name, patched=kind == "patched", fixes_dir=fixes_dir,
+                                    base_files=base_files)
+        say(f"fix lab: {len(targets)} module(s) on the pristine and the patched tree"
+            + (f", {len(fix_names)} fixes each alone on a pristine tree" if alone else "")
+            + (", upstream's unit tests on the patched tree" if with_upstream else ""))
+        # Every run is a pytest process of its own: LAB_WORKERS at a time, the longest first.
+        kinds = ("pristine", "patched")
+        with ThreadPoolExecutor(LAB_WORKERS) as pool:
+            tree_runs = [pool.submit(run, trees[kind], targets) if targets else None for kind in kinds]
+            upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name)
+                            if with_upstream else None)
+            # The fix-alone trees go in the temporary folder, even with --keep.
+            alone_runs = [pool.submit(run_alone, Path(tmp), n, profile_name, fixes_dir, base_files)
+                          for n in (fix_names if alone else [])]
+            runs = [f.result() if f else Run(trees[kind]) for f, kind in zip(tree_runs, kinds, strict=True)]
+            report = Report(verdicts(runs[0], runs[1], names), runs=tuple(runs),
+                            alone=[f.result() for f in alone_runs],
+                            upstream=upstream_run.result() if upstream_run else None)
+    return report
+
+
+def check_replaceable(dest: Path) -> None:
+    """`--keep DIR` replaces DIR/pristine and DIR/patched: refuse anything there the lab did not lay out."""
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise UsageError(f"{dest} exists and is not a folder; not replacing it", hint="choose another --keep")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / TREE_MARKER).is_file():
+        raise UsageError(f"{dest} is not a tree the fix lab laid out (no {TREE_MARKER} in it); not replacing it",
+                         hint="choose another --keep, or move that folder away")
+
+
+def describe(report: Report) -> list[str]:
+    lines = [f"{'fix':36} {'pristine (must fail)':22} {'patched (must pass)':20}"]
+    for v in report.verdicts:
+        def count(outcomes: dict[str, str], want: str) -> str:
+            return f"{sum(o == want for o in outcomes.values())}/{len(outcomes)} {want}"
+
+        lines.append(f"{v.fix:36} {count(v.pristine, 'failed'):22} {count(v.patched, 'passed'):20}"
+                     + ("" if not v.problems else "  PROBLEM"))
+        lines += [f"    {p}" for p in v.problems]
+    if report.alone:
+        bad = [a for a in report.alone if a.problems]
+        lines.append(f"each fix alone on pristine: {len(report.alone) - len(bad)}/{len(report.alone)} pass")
+        lines += [f"    {a.fix}: {p}" for a in bad for p in a.problems]
+    if report.upstream is not None:
+        outcomes = list(report.upstream.outcomes.values())
+        lines.append(f"upstream unit tests on the patched tree: {outcomes.count('passed')} passed, "
+                     f"{outcomes.count('skipped')} skipped by upstream, {len(report.upstream_broken)} broken")
+        lines += [f"    broken: {n}" for n in report.upstream_broken]
+    return lines
+
+
+# What the pack costs on the hot path: tests/lab/_hostsync.py counts, per steady decode step of the
+# release's engine on the CPU, the host synchronisations each call site would make on a Gaudi. The
+# sampling workload: 8 requests decoding together, greedy, logprobs, top-p, top-k, min-p, penalties
+# and logit bias, prefix caching and async scheduling on.
+HOSTSYNC = LAB_TESTS / "_hostsync.py"
+COST_ARGS = ("--workload", "sampling")
+
+
+def host_syncs(tree: Path, args: tuple[str, ...] = COST_ARGS, timeout: int = 900) -> dict:
+    """The counter's figures on `tree` (one engine, one process): steady decode steps, and per call
+    site the calls per step by kind (see tests/lab/_hostsync.py)."""
+    python = environment() / "bin" / "python"
+    with tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:
+        out = Path(tmp) / "figures.json"
+        proc = subprocess.run([str(python), str(HOSTSYNC), "--out", str(out), *args], cwd=LAB_TESTS,
+                              env=lab_env_vars(tree), capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0 or not out.is_file():
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+            raise LabError(f"the host-sync counter failed on the {tree.name} tree:\n{tail}")
+        return json.loads(out.read_text())
+
+
+# Kinds the counter reports that are no host sync (tests/lab/_hostsync.py `is_sync`).
+NOT_SYNCS = ("d2h async", "h2d async")
+MIXED = "mixed host/device operands of"
+
+
+def sync_rates(figures: dict) -> dict[tuple[str, str], float]:
+    """{(file::function, kind): calls per steady decode step}, host syncs only, summed over a
+    function's call sites (a fix that edits a line keeps its function's count)."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for site in figures["sites"].values():
+        for kind, rate in site["kinds"].items():
+            if kind not in NOT_SYNCS and not kind.startswith(MIXED):
+                out[(site["function"], kind)] += rate
+    return dict(out)
+
+
+def declared_host_syncs(profile_name: str = "v0.26.0", fixes_dir: Path | None = None) -> dict[str, str]:
+    """{file::function: fix} of the host syncs the written fixes declare (fix.yaml `host_syncs`)."""
+    return {h.site: name for name in written_fixes(profile_name, fixes_dir)
+            for h in fixes.load_fix(name, fixes_dir).host_syncs}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Host syncs per steady decode step of the same workload, pristine against patched."""
+
+    pristine: dict
+    patched: dict
+    declared: dict[str, str] = field(default_factory=dict)
+    min_steps: int = 8
+
+    @property
+    def problems(self) -> list[str]:
+        out = [f"the {name} run had {fig['steps']} steady decode steps (fewer than {self.min_steps}): "
+               "nothing to compare" for name, fig in (("pristine", self.pristine), ("patched", self.patched))
+               if fig["steps"] < self.min_steps]
+        if self.pristine["steps"] != self.patched["steps"]:
+            out.append(f"not the same workload: {self.pristine['steps']} steady decode steps on the pristine "
+                       f"tree, {self.patched['steps']} on the patched one")
+        before = sync_rates(self.pristine)
+        for (where, kind), rate in sorted(sync_rates(self.patched).items()):
+            was = before.get((where, kind), 0.0)
+            if rate > was + 1e-9 and where not in self.declared:
+                sites = [s["site"] for s in self.patched["sites"].values()
+                         if s["function"] == where and kind in s["kinds"]]
+                out.append(f"{where}: {kind} {rate:.2f} per steady decode step on the patched tree, {was:.2f} "
+                           f"on the pristine one (no fix.yaml declares it in host_syncs): " + "; ".join(sites))
+        return out
+
+
+def cost(keep: Path | None = None, args: tuple[str, ...] = COST_ARGS, profile_name: str = "v0.26.0",
+         fixes_dir: Path | None = None) -> Cost:
+    """`invoke fixes.cost`: both trees (in `keep`, or a temporary folder), the counter on each."""
+    if keep:
+        for kind in ("pristine", "patched"):
+            check_replaceable(keep / kind)
+    with tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:
+        root = keep or Path(tmp)
+        figures = {}
+        for kind in ("pristine", "patched"):
+            dest = root / kind
+            if dest.exists():
+                shutil.rmtree(dest)
+            tree = make_tree(dest, profile_name, patched=kind == "patched", fixes_dir=fixes_dir)
+            say(f"fix lab: counting host syncs per steady decode step on the {kind} tree")
+            figures[kind] = host_syncs(tree, args)
+    return Cost(figures["pristine"], figures["patched"], declared_host_syncs(profile_name, fixes_dir))
+
+
+def describe_cost(c: Cost) -> list[str]:
+    """Per function and kind: host syncs per steady decode step, pristine and patched."""
+    a, b = sync_rates(c.pristine), sync_rates(c.patched)
+    lines = [f"steady decode steps: {c.pristine['steps']} pristine, {c.patched['steps']} patched; host syncs "
+             f"per step: {c.pristine['syncs_per_step']:.2f} pristine, {c.patched['syncs_per_step']:.2f} patched",
+             f"{'pristine':>8} {'patched':>8}  kind  function"]
+    for where, kind in sorted(a.keys() | b.keys()):
+        lines.append(f"{a.get((where, kind), 0):8.2f} {b.get((where, kind), 0):8.2f}  {kind}  {where}"
+                     + ("  (declared by " + c.declared[where] + ")" if where in c.declared else ""))
+    lines += [f"PROBLEM {p}" for p in c.problems]
+    return lines

@@ -1,0 +1,27 @@
+"""Where things are: the checkout, and the per-user cache the cookbook fills."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipes"
+FIXES = ROOT / "fixes"  # the fix engine (apply_all.py) always comes from here
+DOCKERFILES = ROOT / "dockerfiles"
+
+
+def cache_dir() -> Path:
+    """The cookbook's cache: upstream sources, the stand-in rootfs, check results."""
+    env = os.environ.get("COOKBOOK_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gaudi-cookbook"
+
+
+def fixes_dir() -> Path:
+    """The fix pack: fix folders and profiles. COOKBOOK_FIXES_DIR points elsewhere (tests use a pack
+    they make); the engine, fixes/apply_all.py, is always this checkout's."""
+    env = os.environ.get("COOKBOOK_FIXES_DIR")
+    return Path(env).resolve() if env else FIXES

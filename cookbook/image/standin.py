@@ -1,0 +1,163 @@
+"""The offline stand-in base: lets the whole pipeline run where the vault images cannot be pulled.
+
+A Debian 12 rootfs with python3 and git (mmdebstrap, from Debian's packages), cached as a tarball and
+imported with `docker import`; on top, the site-packages layout of the real image: vLLM's Python files
+from the PyPI wheel and vllm-gaudi's from the upstream cache, each with the install metadata a pip
+install records. Images built on it are tagged and labelled `standin` and are never published.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..host import engine, upstream
+from ..host.errors import BuildError
+from ..host.paths import cache_dir
+from ..host.progress import say
+from . import render
+
+SUITE = "bookworm"
+PYTHON = "3.11"
+SITE_PACKAGES = f"/usr/local/lib/python{PYTHON}/dist-packages"
+ROOTFS_IMAGE = f"gaudi-cookbook/standin-rootfs:{SUITE}"
+PACKAGES = ["python3", "git", "patch"]
+MIRROR = "http://deb.debian.org/debian"
+
+
+def base_image(release: str) -> str:
+    return f"gaudi-cookbook/standin-base:{release}"
+
+
+def base(release: str) -> render.Base:
+    return render.Base(base_image(release), None, True, PYTHON, SITE_PACKAGES)
+
+
+def rootfs_tar() -> Path:
+    return cache_dir() / "standin" / f"rootfs-{SUITE}.tar"
+
+
+def mmdebstrap_command(out: Path, mirror: str = MIRROR, packages: list[str] = PACKAGES) -> list[str]:
+    return ["mmdebstrap", "--variant=minbase", "--format=tar", "--include=" + ",".join(packages), "--mode=root",
+            SUITE, str(out), mirror]
+
+
+def ensure_rootfs(dry_run: bool = False) -> Path:
+    tar = rootfs_tar()
+    if tar.is_file():
+        say(f"stand-in rootfs: cached at {tar}")
+        return tar
+    if dry_run:
+        print(" ".join(mmdebstrap_command(tar)))
+        return tar
+    if not shutil.which("mmdebstrap"):
+        raise BuildError("mmdebstrap is not installed", hint="apt-get install mmdebstrap")
+    tar.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside the cache entry and renamed into place, so an interrupted run leaves no tarball.
+    tmp = tar.with_name(tar.name.replace(".tar", ".partial.tar"))
+    _remove(tmp)
+    say(f"stand-in rootfs: building Debian {SUITE} with {', '.join(PACKAGES)} (about half a minute)")
+    proc = subprocess.run(mmdebstrap_command(tmp), capture_output=True, text=True)
+    if proc.returncode != 0:
+        _remove(tmp)
+        raise BuildError("mmdebstrap failed: " + proc.stderr.strip()[-800:],
+                         hint="check that Debian's package mirror is reachable (apt-get update)")
+    tmp.rename(tar)
+    return tar
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def ensure_rootfs_image(dry_run: bool = False) -> None:
+    if not dry_run and engine.image_exists(ROOTFS_IMAGE):
+        return
+    tar = ensure_rootfs(dry_run)
+    cmd = ["import", "--change", 'CMD ["python3"]', str(tar), ROOTFS_IMAGE]
+    if dry_run:
+        print("docker " + " ".join(cmd))
+        return
+    say(f"stand-in rootfs: importing {tar.name} as {ROOTFS_IMAGE}")
+    engine.docker(*cmd)
+
+
+def _dist_info(site: Path, dist: str, version: str, top: str) -> None:
+    info = site / f"{dist}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "top_level.txt").write_text(top + "\n")
+    (info / "INSTALLER").write_text("gaudi-cookbook-standin\n")
+
+
+def _scm_version_file(version: str, commit: str) -> str:
+    """What setuptools-scm writes into vllm_gaudi/_version.py when installing from the tag's checkout."""
+    parts = ", ".join(version.split("."))
+    return (f"__version__ = version = '{version}'\n__version_tuple__ = version_tuple = ({parts})\n\n"
+            f"__commit_id__ = commit_id = 'g{commit[:9]}'\n")
+
+
+# vllm-gaudi's setup.py entry points: how vLLM finds the HPU platform and the plugin's registrations.
+ENTRY_POINTS = """[vllm.general_plugins]
+01.hpu_custom_utils = vllm_gaudi:register_utils
+02.hpu_custom_ops = vllm_gaudi:register_ops
+03.hpu_custom_models = vllm_gaudi:register_models
+04.hpu_tool_parsers = vllm_gaudi:register_tool_parsers
+
+[vllm.platform_plugins]
+hpu = vllm_gaudi:register
+"""
+
+
+def lay_site_packages(pins: upstream.Pins, site: Path) -> None:
+    """The release's two packages laid into `site` as a pip install lays them (also the fix lab's trees)."""
+    gaudi_src, vllm_src = upstream.require(pins)
+    shutil.copytree(vllm_src / "vllm", site / "vllm")
+    for info in vllm_src.glob("vllm-*.dist-info"):
+        shutil.copytree(info, site / info.name)
+    shutil.copytree(gaudi_src / "vllm_gaudi", site / "vllm_gaudi")
+    version = pins.vllm_gaudi_version.lstrip("v")
+    (site / "vllm_gaudi" / "_version.py").write_text(_scm_version_file(version, pins.vllm_gaudi_commit))
+    _dist_info(site, "vllm_gaudi", version, "vllm_gaudi")
+    (site / f"vllm_gaudi-{version}.dist-info" / "entry_points.txt").write_text(ENTRY_POINTS)
+
+
+def stage_context(pins: upstream.Pins, dest: Path) -> None:
+    lay_site_packages(pins, dest / "site-packages")
+    # The console script pip makes from vLLM's entry point; it needs torch, which a stand-in lacks.
+    bin_dir = dest / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "vllm"
+    script.write_text("#!/usr/bin/python3\nimport sys\nfrom vllm.entrypoints.cli.main import main\n\n"
+                      "if __name__ == '__main__':\n    sys.exit(main())\n")
+    script.chmod(0o755)
+    (dest / "Dockerfile").write_text(render.templates().get_template("standin.Dockerfile.j2").render(
+        release=pins.vllm_gaudi_version, vllm_version=pins.vllm_version, gaudi_commit=pins.vllm_gaudi_commit,
+        rootfs_image=ROOTFS_IMAGE, site_packages=SITE_PACKAGES))
+
+
+def ensure(pins: upstream.Pins, dry_run: bool = False, rebuild: bool = False) -> render.Base:
+    """The stand-in base image for a release, built if missing (a warm rerun takes seconds)."""
+    image = base_image(pins.vllm_gaudi_version)
+    if not dry_run:
+        upstream.require(pins)  # refuse early, naming the command that fills the cache
+        engine.require_daemon()
+        if not rebuild and engine.image_exists(image):
+            say(f"stand-in base: {image} is present")
+            return base(pins.vllm_gaudi_version)
+    ensure_rootfs_image(dry_run)
+    if dry_run:
+        print(f"stage site-packages from {upstream.root()} and docker build -t {image} <context>")
+        return base(pins.vllm_gaudi_version)
+    with tempfile.TemporaryDirectory(prefix="cookbook-standin.") as tmp:
+        stage_context(pins, Path(tmp))
+        say(f"stand-in base: building {image}")
+        code, _ = engine.stream("build", "-t", image, tmp)
+        if code != 0:
+            raise BuildError(f"building the stand-in base {image} failed (see the log above)")
+    return base(pins.vllm_gaudi_version)

@@ -1,0 +1,82 @@
+"""The results loop on a recipe page: each Verified check and performance scenario joined with the
+latest run of its kind (cookbook/prove/results.py), as published value, measured value, date and image.
+
+A run counts for the page only when it ran the image the recipe builds now: its content hash (the
+image's `cookbook.content.hash` label, recorded by the smoke and bench writers) equals the hash of the
+build context this checkout gives for the recipe on the same base (docs.current_image), which the docs
+step computes from the checkout and the run's file alone. Otherwise the row says "not measured on this
+image", keeping the last figure beside it for the reader. Figures measured on a CPU (Docker's default
+runtime) are always labelled so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .results import Measured
+
+NOT_YET = "not measured yet"
+OTHER_IMAGE = "not measured on this image"
+NOT_RUN = "not run"
+
+
+@dataclass(frozen=True)
+class Item:
+    """A row the recipe publishes: a check or a scenario, by name."""
+
+    name: str
+    title: str
+    published: str
+
+
+@dataclass(frozen=True)
+class Row:
+    title: str
+    published: str
+    measured: str
+    date: str
+    image: str
+    current: bool  # measured on the image the recipe builds now
+
+
+def short_id(image_id: str | None) -> str:
+    """`sha256:` and the first 12 hex digits, as `docker images` shows an id."""
+    if not image_id:
+        return "not recorded"
+    algo, _, hexa = image_id.partition(":")
+    return f"{algo}:{hexa[:12]}" if hexa else image_id[:19]
+
+
+def on_hardware(text: str, run: Measured) -> str:
+    return f"{text} (on CPU)" if run.hardware == "cpu" else text
+
+
+def misplaced(accelerator: str, run: Measured | None) -> str | None:
+    """Why a run may not stand as a recipe's figures (None: it may): one measured on a CPU, for a recipe
+    that runs on a Gaudi. A CPU recipe's own CPU runs stay (labelled "on CPU" by on_hardware)."""
+    if run is not None and run.hardware == "cpu" and accelerator != "cpu":
+        return "measured on a CPU (target.hardware: cpu)"
+    return None
+
+
+def join(items: list[Item], run: Measured | None, current_image: str,
+         value: Callable[[dict], str]) -> list[Row]:
+    """The page's rows: `value` turns a run's entry into the page's words."""
+    if run is None:
+        return [Row(i.title, i.published, NOT_YET, "-", "-", False) for i in items]
+    here = run.content_hash is not None and run.content_hash == current_image
+    rows = []
+    for i in items:
+        entry = run.entry(i.name)
+        measured = on_hardware(value(entry), run) if entry is not None else NOT_RUN
+        if not here:
+            measured = OTHER_IMAGE + (f" (last run: {measured})" if entry is not None else "")
+        rows.append(Row(i.title, i.published, measured, run.date, short_id(run.image_id), here))
+    return rows
+
+
+def smoke_value(entry: dict) -> str:
+    """A smoke row as the page says it: its result, else passed/failed/skipped."""
+    status = entry.get("status") or {True: "passed", False: "failed"}.get(entry.get("passed"), "skipped")
+    return str(entry.get("result") or status) + (" (failed)" if status == "failed" and entry.get("result") else "")

@@ -1,0 +1,182 @@
+"""The fix lab (cookbook/fixpack/fix_lab.py): release trees laid out as the image has them, the pack applied by
+apply_all.py, and each written fix's lab tests failing on the pristine tree and passing on the patched
+one, with vllm-gaudi's own unit tests still passing on the patched tree."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from cookbook.fixpack import fix_lab
+
+WRITTEN = fix_lab.written_fixes()
+VERDICTS = WRITTEN + ([fix_lab.PACK] if fix_lab.pack_modules() else [])
+
+
+@pytest.fixture(scope="session")
+def report(fix_lab_env, tmp_path_factory):
+    return fix_lab.lab(keep=tmp_path_factory.mktemp("lab"), with_upstream=True, alone=True)
+
+
+@pytest.mark.parametrize("module, fix", [
+    ("test_fix_prompt_order.py", "prompt-order"),
+    ("tests/lab/test_fix_gather_logprobs_int32.py", "gather-logprobs-int32"),
+    ("test_fix_gdn_prefix_cache_engine.py", "gdn-prefix-cache"),
+    ("test_lab.py", None),
+    ("test_fixture.py", None),
+])
+def test_fix_of_maps_a_lab_module_to_its_fix(module, fix):
+    assert fix_lab.fix_of(module) == fix
+    if fix and not module.endswith(fix_lab.ENGINE_SUFFIX + ".py"):
+        assert fix_lab.module_for(fix).name == module.rsplit("/", 1)[-1]
+
+
+@pytest.mark.parametrize("module, owner", [
+    ("test_fix_prompt_order.py", "prompt-order"),
+    ("test_fix_gdn_prefix_cache_engine.py", "gdn-prefix-cache"),
+    ("test_pack_serving.py", fix_lab.PACK),
+    ("test_pack_serving.py::test_x[async]", fix_lab.PACK),
+    ("test_gdn_layout.py", None),
+])
+def test_owner_of_counts_pack_modules_for_the_whole_pack(module, owner):
+    assert fix_lab.owner_of(module.split("::")[0]) == owner
+
+
+def test_the_serving_conditions_module_is_a_pack_module():
+    assert "test_pack_serving.py" in [p.name for p in fix_lab.pack_modules()]
+
+
+@pytest.mark.parametrize("names, want", [
+    (["prompt-order"], {"prompt-order"}),
+    (["gdn-prefix-cache"], {"gdn-prefix-cache", "hybrid-decode-pad"}),
+])
+def test_with_requirements_adds_what_a_fix_requires(names, want):
+    assert set(fix_lab.with_requirements(names)) == want
+
+
+@pytest.mark.parametrize("outcomes, error, problems", [
+    ({"t::a": "passed"}, "", 0),
+    ({"t::a": "passed", "t::b": "failed"}, "", 1),
+    ({}, "", 1),                               # nothing ran
+    ({}, "x does not apply", 1),               # the patch needs another fix's lines
+])
+def test_alone_holds_a_fix_to_pass_without_the_others(outcomes, error, problems):
+    assert len(fix_lab.Alone("x", outcomes, error).problems) == problems
+
+
+def test_modules_for_lists_a_fixs_own_module_then_its_end_to_end_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(fix_lab, "LAB_TESTS", tmp_path)
+    assert fix_lab.modules_for("gdn-prefix-cache") == []
+    for name in ("test_fix_gdn_prefix_cache_engine.py", "test_fix_gdn_prefix_cache.py", "test_fix_gdn_other.py"):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in fix_lab.modules_for("gdn-prefix-cache")] == [
+        "test_fix_gdn_prefix_cache.py", "test_fix_gdn_prefix_cache_engine.py"]
+
+
+def test_parse_junit_reads_each_outcome(tmp_path):
+    junit = tmp_path / "j.xml"
+    junit.write_text(textwrap.dedent("""\
+        <testsuites><testsuite>
+          <testcase classname="test_fix_a" file="test_fix_a.py" name="test_ok"/>
+          <testcase classname="test_fix_a" file="test_fix_a.py" name="test_bad"><failure message="x"/></testcase>
+          <testcase classname="test_fix_a" file="test_fix_a.py" name="test_err"><error message="x"/></testcase>
+          <testcase classname="test_fix_a" file="test_fix_a.py" name="test_skip"><skipped message="x"/></testcase>
+          <testcase classname="sub.test_b.TestC" file="sub/test_b.py" name="test_in_class[1-x]"/>
+        </testsuite></testsuites>"""))
+    assert fix_lab.parse_junit(junit, tmp_path) == {
+        "test_fix_a.py::test_ok": "passed", "test_fix_a.py::test_bad": "failed",
+        "test_fix_a.py::test_err": "failed", "test_fix_a.py::test_skip": "skipped",
+        "sub/test_b.py::TestC::test_in_class[1-x]": "passed"}
+
+
+@pytest.mark.parametrize("pristine, patched, problems", [
+    ({"t::a": "failed"}, {"t::a": "passed"}, 0),
+    ({"t::a": "passed"}, {"t::a": "passed"}, 1),   # cannot show the bug
+    ({"t::a": "failed"}, {"t::a": "failed"}, 1),   # the fix does not fix it
+    ({"t::a": "failed"}, {"t::a": "skipped"}, 1),  # a skip proves nothing
+    ({}, {}, 1),                                   # no lab tests at all
+])
+def test_verdict_holds_each_fix_to_fail_pristine_and_pass_patched(pristine, patched, problems):
+    assert len(fix_lab.Verdict("x", pristine, patched).problems) == problems
+
+
+def test_keep_never_replaces_a_folder_the_lab_did_not_lay_out(tmp_path):
+    (tmp_path / "patched").mkdir()
+    (tmp_path / "patched" / "notes.txt").write_text("mine")
+    with pytest.raises(fix_lab.UsageError, match="not a tree the fix lab laid out"):
+        fix_lab.lab(keep=tmp_path)
+    assert (tmp_path / "patched" / "notes.txt").read_text() == "mine"
+    (tmp_path / "pristine").symlink_to(tmp_path / "patched")
+    with pytest.raises(fix_lab.UsageError, match="not a folder"):
+        fix_lab.lab(keep=tmp_path)
+
+
+def test_the_labs_own_modules_pass_on_both_trees(report):
+    # test_lab.py (the release imports from the tree on CPU) and the design proofs that are no fix's
+    # module (test_gdn_layout.py): they hold on the pristine and on the patched tree alike.
+    own = sorted(p.name for p in fix_lab.LAB_TESTS.glob("test_*.py") if fix_lab.owner_of(p.name) is None)
+    assert {"test_lab.py", "test_gdn_layout.py"} <= set(own)
+    pristine, patched = report.runs
+    for run in (pristine, patched):
+        lab = {n: o for n, o in fix_lab.run(run.tree, own).outcomes.items()}
+        assert lab and set(lab.values()) == {"passed"}, run.tree
+
+
+def test_the_patched_tree_is_the_pack_applied_by_apply_all(report):
+    pristine, patched = report.runs
+    assert (pristine.tree / fix_lab.TREE_MARKER).is_file() and (patched.tree / fix_lab.TREE_MARKER).is_file()
+    assert not (pristine.tree / "fix-record.json").exists()
+    assert (patched.tree / "fix-record.json").is_file()
+
+
+@pytest.mark.parametrize("fix", VERDICTS)
+def test_each_fix_fails_on_the_pristine_tree_and_passes_on_the_patched_one(report, fix):
+    verdict = next(v for v in report.verdicts if v.fix == fix)
+    assert not verdict.problems, "\n".join(verdict.problems)
+
+
+@pytest.mark.parametrize("fix", WRITTEN)
+def test_each_fix_passes_alone_on_the_pristine_tree(report, fix):
+    alone = next(a for a in report.alone if a.fix == fix)
+    assert not alone.problems, "\n".join(alone.problems)
+
+
+# vllm-gaudi's unit tests that pass in the lab on the pristine release, measured (tests/lab/upstream-excluded.txt
+# names the rest, each with its reason): fewer on the patched tree means an exclusion grew or a test vanished.
+UPSTREAM_PASSED_AT_LEAST = 491
+
+
+def test_all_of_upstreams_unit_tests_pass_on_the_patched_tree_but_the_excluded(report):
+    outcomes = list(report.upstream.outcomes.values())
+    assert not report.upstream_broken, "\n".join(report.upstream_broken)
+    assert outcomes.count("passed") >= UPSTREAM_PASSED_AT_LEAST, (
+        f"{outcomes.count('passed')} upstream unit tests passed, {UPSTREAM_PASSED_AT_LEAST} expected")
+
+
+def test_every_upstream_exclusion_names_a_unit_test_and_gives_its_reason():
+    excluded = fix_lab.upstream_excluded()
+    assert excluded
+    for node, why in excluded.items():
+        assert node.startswith(fix_lab.UPSTREAM_TESTS + "/"), node
+        assert len(why.split()) >= 4, f"{node}: {why!r} is no reason"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("# needs a Gaudi kernel\ntests/unit_tests/a.py\ntests/unit_tests/b.py::t\n",
+     {"tests/unit_tests/a.py": "needs a Gaudi kernel", "tests/unit_tests/b.py::t": "needs a Gaudi kernel"}),
+    ("# header\n\n# two\n# lines\ntests/unit_tests/a.py\n\n# other\ntests/unit_tests/c.py\n",
+     {"tests/unit_tests/a.py": "two lines", "tests/unit_tests/c.py": "other"}),
+    ("", {}),
+])
+def test_upstream_excluded_reads_entries_under_their_reason(tmp_path, text, expected):
+    path = tmp_path / "excluded.txt"
+    path.write_text(text)
+    assert fix_lab.upstream_excluded(path) == expected
+
+
+def test_upstream_excluded_refuses_an_entry_without_a_reason(tmp_path):
+    path = tmp_path / "excluded.txt"
+    path.write_text("# header\n\ntests/unit_tests/a.py\n")
+    with pytest.raises(fix_lab.LabError, match=r"excluded.txt:3: tests/unit_tests/a.py has no reason"):
+        fix_lab.upstream_excluded(path)

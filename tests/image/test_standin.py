@@ -1,0 +1,45 @@
+"""The stand-in base: a real Debian rootfs from Debian's packages, and its refusals."""
+
+import shutil
+import tarfile
+
+import pytest
+
+from cookbook.host import upstream
+from cookbook.host.errors import UpstreamError
+from cookbook.image import standin
+
+from ..conftest import unavailable
+
+
+def test_refuses_an_empty_cache_with_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("COOKBOOK_CACHE", str(tmp_path))
+    with pytest.raises(UpstreamError) as err:
+        standin.ensure(upstream.Pins("v0.26.0", "b" * 40, "0.26.0"))
+    assert "invoke upstream.fetch" in str(err.value)
+
+
+def test_standin_images_say_so():
+    base = standin.base("v0.26.0")
+    assert base.standin and base.image == "gaudi-cookbook/standin-base:v0.26.0"
+    assert base.site_packages == "/usr/local/lib/python3.11/dist-packages"
+
+
+def test_vllm_gaudi_version_file_as_setuptools_scm_writes_it():
+    text = standin._scm_version_file("0.26.0", "b059f9c95d6a07f19eb00aa06d1ec8b87b296437")
+    assert "__version__ = version = '0.26.0'" in text and "commit_id = 'gb059f9c95'" in text
+
+
+@pytest.mark.slow  # a real mmdebstrap run, about half a minute
+def test_rootfs_is_a_debian_tarball_with_python_and_git(tmp_path, monkeypatch):
+    """Really runs mmdebstrap into an empty cache (about half a minute, Debian's package mirror)."""
+    if shutil.which("mmdebstrap") is None:
+        unavailable("mmdebstrap is missing (apt-get install mmdebstrap)")
+    monkeypatch.setenv("COOKBOOK_CACHE", str(tmp_path))
+    tar = standin.ensure_rootfs()
+    assert tar == tmp_path / "standin" / "rootfs-bookworm.tar" and tarfile.is_tarfile(tar)
+    with tarfile.open(tar) as t:
+        names = set(t.getnames())
+    assert {"./usr/bin/python3", "./usr/bin/git", "./usr/bin/patch"} <= names
+    assert [p.name for p in tar.parent.iterdir()] == ["rootfs-bookworm.tar"]  # no partial left behind
+    assert standin.ensure_rootfs() == tar  # cached: a second call does nothing

@@ -1,0 +1,166 @@
+"""The host side of the fix pack: profiles, fix.yaml, order and requirements, pack.json and its drift."""
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from cookbook.host.errors import FixError
+from cookbook.host.paths import FIXES
+from cookbook.recipe import fixes
+
+REAL_ORDER = ["prompt-order", "sampling-rows-refresh", "structured-output-rows", "bad-words-index", "logitsprocs-rows",
+              "async-discard-counter", "async-penalty-tokens", "resumed-prefill-logits", "hybrid-decode-pad",
+              "gather-logprobs-int32", "prompt-logprobs", "logprobs-decode-guard", "rope-cpu-cache", "seeded-sampling",
+              "partial-prefill-draws",
+              "gdn-prefix-cache", "strict-think-end", "whitespace-free-forced-tool-calls"]
+SHA = "0" * 64
+
+
+def test_profile_v0_26_0_is_the_contract():
+    spec = fixes.load_profile("v0.26.0")
+    assert spec.order == REAL_ORDER
+    assert spec.opt_in == ["gdn-prefix-cache", "strict-think-end", "whitespace-free-forced-tool-calls"]
+    assert spec.packages["vllm_gaudi"].commit.startswith("b059f9c")
+    assert spec.packages["vllm"].commit.startswith("568afb3a")
+    assert "ffd46bfab" in spec.packages["vllm"].accepted_commits
+    assert spec.gaudi_sw == "1.24.1"
+
+
+def test_committed_pack_json_has_not_drifted():
+    fixes.write_index(check=True)
+
+
+def test_drift_is_caught(tmp_path):
+    pack = tmp_path / "fixes"
+    shutil.copytree(FIXES / "profiles", pack / "profiles")
+    fixes.write_index(fixes_dir=pack)
+    fixes.write_index(check=True, fixes_dir=pack)
+    profile = pack / "profiles" / "v0.26.0.yaml"
+    profile.write_text(profile.read_text().replace("gaudi_sw: 1.24.1", "gaudi_sw: 1.24.2"))
+    fixes._load_profile.cache_clear()
+    with pytest.raises(FixError, match="out of date"):
+        fixes.write_index(check=True, fixes_dir=pack)
+
+
+def test_unknown_profile_lists_known():
+    with pytest.raises(FixError) as err:
+        fixes.load_profile("v9")
+    assert "known profiles: v0.26.0" in str(err.value)
+
+
+@pytest.fixture
+def pack(tmp_path):
+    """A pack folder with the real profile and helpers to write fix folders into it."""
+    root = tmp_path / "fixes"
+    shutil.copytree(FIXES / "profiles", root / "profiles")
+
+    def write(name, spec=None, patch="--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n", raw=None):
+        folder = root / name
+        folder.mkdir()
+        base = {"title": "t", "why": "w", "how": "h",
+                "targets": [{"package": "vllm_gaudi", "files": {"x.py": SHA}}],
+                "patches": [{"package": "vllm_gaudi", "file": "0001.patch"}]}
+        base.update(spec or {})
+        (folder / "fix.yaml").write_text(raw if raw is not None else yaml.safe_dump(base))
+        (folder / "0001.patch").write_text(patch)
+        return folder
+
+    return root, write
+
+
+def test_fix_yaml_unknown_key_named_with_line(pack):
+    root, write = pack
+    write("prompt-order", raw="title: t\nwhy: w\nhow: h\ntargets: []\npatches: []\nrequirez: []\n")
+    with pytest.raises(FixError) as err:
+        fixes.load_fix("prompt-order", root)
+    assert "fix.yaml:6" in str(err.value) and "requirez" in str(err.value) and "unknown key" in str(err.value)
+
+
+def test_patch_touching_an_undeclared_file(pack):
+    root, write = pack
+    write("prompt-order", patch="--- a/y.py\n+++ b/y.py\n@@ -1 +1 @@\n-a\n+b\n")
+    with pytest.raises(FixError, match="changes vllm_gaudi/y.py, which the fix does not list"):
+        fixes.load_fix("prompt-order", root)
+
+
+def test_corrupt_patch_named(pack):
+    root, write = pack
+    write("prompt-order", patch="--- a/x.py\n+++ b/x.py\n@@ -1,3 +1,3 @@\n-a\n")
+    with pytest.raises(FixError, match="not a usable -p1 unified diff"):
+        fixes.load_fix("prompt-order", root)
+
+
+def test_missing_patch_file(pack):
+    root, write = pack
+    write("prompt-order", spec={"patches": [{"package": "vllm_gaudi", "file": "nope.patch"}]})
+    with pytest.raises(FixError, match="patch nope.patch does not exist"):
+        fixes.load_fix("prompt-order", root)
+
+
+def test_scaffold_todo_refused(pack):
+    root, write = pack
+    write("prompt-order", spec={"why": "TODO"})
+    with pytest.raises(FixError, match="`why` is still the scaffold's TODO"):
+        fixes.load_fix("prompt-order", root)
+
+
+def test_malformed_dependency_range_named_with_line(pack):
+    # apply_all.py's own reading of a range: the host refuses what the image would refuse.
+    root, write = pack
+    write("prompt-order", spec={"dists": {"xgrammar": "0.2.4"}})
+    with pytest.raises(FixError, match="dists xgrammar: '0.2.4' is not a version range") as err:
+        fixes.load_fix("prompt-order", root)
+    assert "(key dists.xgrammar)" in str(err.value)
+
+
+def test_requires_cycle(pack):
+    root, write = pack
+    write("prompt-order", spec={"requires": ["sampling-rows-refresh"]})
+    write("sampling-rows-refresh", spec={"requires": ["prompt-order"]})
+    profile = fixes.load_profile("v0.26.0", root)
+    with pytest.raises(FixError, match="requires cycle: prompt-order -> sampling-rows-refresh -> prompt-order"):
+        fixes.resolve(profile, profile.order, root)
+
+
+def test_requirement_after_it_in_order(pack):
+    root, write = pack
+    write("prompt-order", spec={"requires": ["sampling-rows-refresh"]})
+    write("sampling-rows-refresh")
+    profile = fixes.load_profile("v0.26.0", root)
+    with pytest.raises(FixError, match="requires sampling-rows-refresh, which comes later in the order"):
+        fixes.resolve(profile, profile.order, root)
+
+
+def test_opt_in_flag_must_agree_with_profile(pack):
+    root, write = pack
+    write("gdn-prefix-cache", spec={"opt_in": False})
+    profile = fixes.load_profile("v0.26.0", root)
+    with pytest.raises(FixError, match="profile says opt-in"):
+        fixes.resolve(profile, profile.order, root)
+
+
+def test_pack_index_lists_fixes_with_patch_hashes(pack):
+    root, write = pack
+    write("hybrid-decode-pad")
+    write("gdn-prefix-cache", spec={"opt_in": True, "requires": ["hybrid-decode-pad"],
+                                    "env": {"VLLM_COMPACT_GDN": "1"}, "dists": {"xgrammar": ">=0.2.4,<1.0"}})
+    index = fixes.pack_index(fixes_dir=root)
+    assert list(index["fixes"]) == ["gdn-prefix-cache", "hybrid-decode-pad"]
+    gdn = index["fixes"]["gdn-prefix-cache"]
+    assert gdn["env"] == {"VLLM_COMPACT_GDN": "1"} and gdn["requires"] == ["hybrid-decode-pad"]
+    assert gdn["dists"] == {"xgrammar": ">=0.2.4,<1.0"} and index["fixes"]["hybrid-decode-pad"]["dists"] == {}
+    assert gdn["patches"][0]["file"] == "gdn-prefix-cache/0001.patch" and len(gdn["patches"][0]["sha256"]) == 64
+    assert gdn["targets"] == [{"package": "vllm_gaudi", "path": "x.py", "sha256": SHA}]
+    only = fixes.pack_index(only=["hybrid-decode-pad"], fixes_dir=root)
+    assert list(only["fixes"]) == ["hybrid-decode-pad"]
+    assert json.loads(fixes.dumps(index)) == index
+
+
+def test_describe_marks_written_and_opt_in(pack):
+    root, write = pack
+    write("hybrid-decode-pad")
+    lines = fixes.describe("v0.26.0", root)
+    assert any("hybrid-decode-pad" in line and "generic" in line and " written" in line for line in lines)
+    assert any("gdn-prefix-cache" in line and "opt-in" in line and "not written" in line for line in lines)

@@ -1,0 +1,85 @@
+"""The layout shows the pipeline: cookbook/ by stage, a lower stage never imports a higher one (imports
+read with ast, those inside functions too), each stage says what it owns and may import, and the tests
+mirror the layout."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from cookbook.host.paths import ROOT
+
+# Low to high; the package root (chain.py) is above them all.
+STAGES = ("host", "recipe", "image", "prove", "fixpack", "release")
+
+
+def rank(module: str) -> int:
+    parts = module.split(".")
+    return STAGES.index(parts[1]) if len(parts) > 1 and parts[1] in STAGES else len(STAGES)
+
+
+def imported(path: Path, package: str) -> set[str]:
+    """The cookbook modules and packages a file imports, relative imports resolved against `package`."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("cookbook")}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module.startswith("cookbook"):
+                out |= {f"{module}.{a.name}" if module.count(".") == 0 else module for a in node.names}
+    return out
+
+
+def violations(root: Path) -> list[str]:
+    found = []
+    for path in sorted((root / "cookbook").rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("")
+        parts = list(rel.parts)
+        package = ".".join(parts if parts[-1] == "__init__" else parts[:-1]).removesuffix(".__init__")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        module = ".".join(parts)
+        for dep in imported(path, package):
+            if rank(dep) > rank(module):
+                found.append(f"{module} imports {dep}")
+    return found
+
+
+def test_a_lower_stage_never_imports_a_higher_one():
+    assert violations(ROOT) == []
+
+
+@pytest.mark.parametrize("source, found", [
+    ("from ..prove import serve", ["cookbook.host.x imports cookbook.prove"]),
+    ("from cookbook.release.publish import push", ["cookbook.host.x imports cookbook.release.publish"]),
+    ("def f():\n    from ..image import render", ["cookbook.host.x imports cookbook.image"]),
+    ("from . import engine", []),
+])
+def test_the_direction_test_sees_an_import_up(tmp_path, source, found):
+    (tmp_path / "cookbook" / "host").mkdir(parents=True)
+    (tmp_path / "cookbook" / "host" / "x.py").write_text(source + "\n")
+    assert violations(tmp_path) == found
+
+
+def test_every_module_sits_in_a_stage_that_says_what_it_owns_and_may_import():
+    root = ROOT / "cookbook"
+    assert sorted(p.name for p in root.glob("*.py")) == ["__init__.py", "chain.py"]
+    for stage in STAGES:
+        doc = ast.get_docstring(ast.parse((root / stage / "__init__.py").read_text()))
+        assert doc and "May import:" in doc, stage
+
+
+def test_the_tests_mirror_the_layout():
+    where = {p.stem: p.parent.name for p in (ROOT / "cookbook").glob("*/*.py") if p.stem != "__init__"}
+    where.update({p.name: p.parent.name for p in (ROOT / "cookbook").glob("*/*") if (p / "__init__.py").is_file()})
+    misplaced = [str(t.relative_to(ROOT)) for t in (ROOT / "tests").glob("**/test_*.py")
+                 if "lab" not in t.relative_to(ROOT / "tests").parts[:1]
+                 and t.stem.removeprefix("test_") in where
+                 and t.parent.name != where[t.stem.removeprefix("test_")]]
+    assert misplaced == []
+    for stage in STAGES:
+        assert (ROOT / "tests" / stage / "__init__.py").is_file()
