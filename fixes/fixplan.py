@@ -4,7 +4,7 @@ cookbook lives inside an image.
 
 Standard library only. fixes/apply_all.py imports it inside the image (every rendered context
 ships it beside apply_all.py) and the cookbook imports this same file on the host
-(cookbook/fixes.py: `fixes.plan_module()`), so a recipe's fixes are never decided twice.
+(cookbook/recipe/fixes.py: `fixes.fixplan`), so a recipe's fixes are never decided twice.
 """
 
 import hashlib

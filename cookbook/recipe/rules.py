@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 try:  # in the image: lib/cookbook/ ships fixplan.py beside this module (render.RUNTIME_MODULES)
     from . import fixplan
-except ImportError:  # on the host: the very file fixes/fixplan.py, as cookbook.fixes loads it
+except ImportError:  # on the host: the very file fixes/fixplan.py, as cookbook.recipe.fixes loads it
     from .fixes import fixplan
 
 GDN_FIX = "gdn-prefix-cache"

@@ -46,7 +46,7 @@ class Finding:
     message: str
 
 
-# vLLM 0.26.0's short names for the flags the rules read (engine/arg_utils.py). tests/test_runtime.py
+# vLLM 0.26.0's short names for the flags the rules read (engine/arg_utils.py). tests/recipe/test_runtime.py
 # checks them against the release's source, and that no other vLLM flag is a prefix of one of ours
 # (so an abbreviation that is unique among these flags is the flag vLLM reads, or one vLLM refuses).
 ALIASES = {"-tp": "--tensor-parallel-size", "-q": "--quantization"}
