@@ -368,19 +368,8 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
             print(f"and vllm-gaudi's {UPSTREAM_TESTS} on the patched tree, less the "
                   f"{len(upstream_excluded())} entries of {UPSTREAM_EXCLUDED.name}")
         return None
-    if keep:
-        for kind in ("pristine", "patched"):
-            check_replaceable(keep / kind)
     with tempfile.TemporaryDirectory(prefix="cookbook-lab.") as tmp:
-        root = keep or Path(tmp)
-        trees = {}
-        for kind in ("pristine", "patched"):
-            dest = root / kind
-            if dest.exists():
-                shutil.rmtree(dest)
-            say(f"fix lab: laying out the {kind} tree in {dest}")
-            trees[kind] = make_tree(dest, profile_name, patched=kind == "patched", fixes_dir=fixes_dir,
-                                    base_files=base_files)
+        trees = lay_out_both(keep or Path(tmp), bool(keep), profile_name, fixes_dir, base_files)
         say(f"fix lab: {len(targets)} module(s) on the pristine and the patched tree"
             + (f", {len(fix_names)} fixes each alone on a pristine tree" if alone else "")
             + (", upstream's unit tests on the patched tree" if with_upstream else ""))
@@ -398,6 +387,25 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
                             alone=[f.result() for f in alone_runs],
                             upstream=upstream_run.result() if upstream_run else None)
     return report
+
+
+def lay_out_both(root: Path, kept: bool, profile_name: str, fixes_dir: Path | None,
+                 base_files: dict[tuple[str, str], bytes] | None = None) -> dict[str, Path]:
+    """The pristine and the patched tree under `root`; a --keep folder's trees are replaced only when the
+    lab laid them out (checked for both before either is touched)."""
+    kinds = ("pristine", "patched")
+    if kept:
+        for kind in kinds:
+            check_replaceable(root / kind)
+    trees = {}
+    for kind in kinds:
+        dest = root / kind
+        if dest.exists():
+            shutil.rmtree(dest)
+        say(f"fix lab: laying out the {kind} tree in {dest}")
+        trees[kind] = make_tree(dest, profile_name, patched=kind == "patched", fixes_dir=fixes_dir,
+                                base_files=base_files)
+    return trees
 
 
 def check_replaceable(dest: Path) -> None:
@@ -505,17 +513,9 @@ class Cost:
 def cost(keep: Path | None = None, args: tuple[str, ...] = COST_ARGS, profile_name: str = "v0.26.0",
          fixes_dir: Path | None = None) -> Cost:
     """`invoke fixes.cost`: both trees (in `keep`, or a temporary folder), the counter on each."""
-    if keep:
-        for kind in ("pristine", "patched"):
-            check_replaceable(keep / kind)
     with tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:
-        root = keep or Path(tmp)
         figures = {}
-        for kind in ("pristine", "patched"):
-            dest = root / kind
-            if dest.exists():
-                shutil.rmtree(dest)
-            tree = make_tree(dest, profile_name, patched=kind == "patched", fixes_dir=fixes_dir)
+        for kind, tree in lay_out_both(keep or Path(tmp), bool(keep), profile_name, fixes_dir).items():
             say(f"fix lab: counting host syncs per steady decode step on the {kind} tree")
             figures[kind] = host_syncs(tree, args)
     return Cost(figures["pristine"], figures["patched"], declared_host_syncs(profile_name, fixes_dir))
