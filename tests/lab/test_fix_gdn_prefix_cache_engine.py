@@ -122,6 +122,10 @@ def test_cold_prompts_arriving_together_share_prefill_batches(qwen35_dir, qwen35
     prompts += [prompts[5][:2 * B] + _engine.prompt(950 + i, 40 + i) for i in range(2)]  # hits on prompt 5
     with _engine.engine(qwen35_dir, num_blocks=64, max_num_seqs=8, env=_serving.BUCKET_ENV) as engine:
         together = engine.generate_many(prompts, salt="together")
+        # Prompt 5's first chunk caches the blocks prompts 6 and 7 hit in the same step: vLLM defers
+        # those hits a step (their checkpoint is written by that step), never counts them unbacked.
+        assert getattr(_runner(engine), "gdn_unbacked_hits", 0) == 0, "a hit on a block cached this step declined"
+        assert [o.num_cached_tokens for o in together[6:]] == [2 * B, 2 * B]
         alone = [engine.generate(ids, salt=f"alone-{i}") for i, ids in enumerate(prompts)]
     for i, (ids, t, a) in enumerate(zip(prompts, together, alone, strict=True)):
         tokens = [s["token"] for s in _engine.generated(t)]
