@@ -113,7 +113,8 @@ def _block_ids(runner, gdn: list[list[int]], attn: list[int]) -> tuple:
 def _serving_config(**changes):
     """The runner's view of a serving configuration: prefix caching in vLLM's `align` mode, nothing else."""
     config = {"cache_config": SimpleNamespace(enable_prefix_caching=True, mamba_cache_mode="align"),
-              "speculative_config": None, "kv_transfer_config": None}
+              "speculative_config": None, "kv_transfer_config": None,
+              "parallel_config": SimpleNamespace(world_size=1, distributed_executor_backend="uni")}
     return SimpleNamespace(**(config | changes))
 
 
@@ -132,7 +133,9 @@ def test_prefix_caching_without_compact_gdn_is_refused(monkeypatch):
     ({"speculative_config": SimpleNamespace(method="ngram")}, "speculative decoding"),
     ({"kv_transfer_config": SimpleNamespace(kv_connector="ExampleConnector")}, "a KV connector"),
     ({"cache_config": SimpleNamespace(enable_prefix_caching=True, mamba_cache_mode="all")}, "mamba_cache_mode 'all'"),
-], ids=["speculative-decoding", "kv-connector", "mamba-cache-mode"])
+    ({"parallel_config": SimpleNamespace(world_size=2, distributed_executor_backend="mp")},
+     "a worker outside the scheduler's process"),
+], ids=["speculative-decoding", "kv-connector", "mamba-cache-mode", "worker-in-another-process"])
 def test_what_the_checkpoints_cannot_serve_is_refused_at_start_up(monkeypatch, changes, reason):
     """The stock runner starts with each of these; with speculative decoding its first step raises
     inside execute_model (tests/lab/test_fix_gdn_prefix_cache_engine.py), ending every request."""
@@ -293,6 +296,37 @@ def test_a_batch_with_hits_and_misses_restores_the_hits_and_checkpoints_every_bl
         for g, gid in enumerate(gdn_groups):
             got = ssm[meta.load_indices_tensor[gid].long()][0]
             assert torch.equal(got.view(torch.uint8), cold_state[t * GROUPS + g][1].view(torch.uint8))
+
+
+def test_the_record_backs_a_hit_only_where_a_checkpoint_was_written_and_not_after_its_page_changed_hands(
+        stepping):
+    """vLLM's hit search asks the runner before it offers a hit (MambaManager.cached_state_filter):
+    backed only by a checkpoint of the same GDN group ending at the hit's length. A block id handed to
+    a new owner has its page zeroed and leaves the record; a restore the record cannot back raises
+    rather than resuming from the zeroed page."""
+    from vllm.v1.core.single_type_kv_cache_manager import MambaManager
+
+    runner, _ = hybrid_caches(True, num_blocks=12, gdn_groups=GROUPS, tensors=TENSORS, prefix_caching=True)
+    stepping(runner)
+    gids = sorted(runner._compact_gdn_group_ids)
+    runner.execute_model(_step(new=[_new("cold", 2 * BLOCK, 0, _block_ids(runner, [[2, 3], [4, 5]], [1, 6]))],
+                               scheduled={"cold": 2 * BLOCK}))
+    runner._gdn_write_checkpoints()
+    assert runner._gdn_checkpoints == {3: (gids[0], "cold", 2 * BLOCK), 5: (gids[1], "cold", 2 * BLOCK)}
+    assert MambaManager.cached_state_filter([3, 5], gids, 2 * BLOCK)
+    assert runner.gdn_unbacked_hits == 0
+    assert not MambaManager.cached_state_filter([3, 5], gids, BLOCK)  # another position
+    assert not MambaManager.cached_state_filter([5, 3], gids, 2 * BLOCK)  # another group's checkpoint
+    assert not MambaManager.cached_state_filter([2, 4], gids, BLOCK)  # a block no step ended on
+    assert runner.gdn_unbacked_hits == 3
+    # Block 5 goes to a new request's attention group: its page is zeroed, its checkpoint gone.
+    runner.execute_model(_step(new=[_new("n", 100, 0, _block_ids(runner, [[7], [8]], [5]))], finished={"cold"},
+                               scheduled={"n": 100}))
+    assert 5 not in runner._gdn_checkpoints and 3 in runner._gdn_checkpoints
+    assert not MambaManager.cached_state_filter([3, 5], gids, 2 * BLOCK)
+    hit = _new("hit", 3 * BLOCK, 2 * BLOCK, _block_ids(runner, [[0, 3, 9], [0, 5, 10]], [1, 6, 11]))
+    with pytest.raises(RuntimeError, match="GDN checkpoint was never written"):
+        runner.execute_model(_step(new=[hit], scheduled={"hit": BLOCK}))
 
 
 def test_a_block_id_that_held_a_checkpoint_is_zeroed_before_the_attention_group_uses_it(stepping):

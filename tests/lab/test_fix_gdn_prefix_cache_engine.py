@@ -50,6 +50,54 @@ def test_a_hit_on_a_shared_prefix_gives_the_cold_runs_tokens(qwen35_engine, qwen
     _check(qwen35_engine, qwen35_reference, ids, hit, "hit")
 
 
+def _runner(engine):
+    """The live engine's model runner (engine core and uniproc worker in this process)."""
+    return engine.llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+
+
+def test_a_hit_no_checkpoint_backs_is_computed_not_restored(qwen35_engine, qwen35_reference):
+    """A hit vLLM offers on a GDN block whose checkpoint was never written must be computed again,
+    not restored from whatever the page holds. No natural case is known under the start-up
+    refusals (speculative decoding, the one that skipped checkpoints, is refused), so this test
+    forces one: after another request cached 3 blocks of the prefix, it zeroes the page of the third
+    block's checkpoint in the live engine's runner and removes that checkpoint from the runner's
+    record, as if that step had never written it. The hit then reaches 2 blocks, gives the cold
+    run's tokens, and the runner counts the hit it could not back. On a runner that restores
+    whatever the page holds, the hit resumes from zeros and diverges."""
+    runner = _runner(qwen35_engine)
+    prefix = _engine.prompt(400, 3 * B)
+    ids = prefix + _engine.prompt(401, 17)
+    cold = qwen35_engine.generate(ids, salt="cold-unbacked")
+    written = []  # each step's checkpoints, (base slot, block id per GDN group)
+    write = runner._gdn_write_checkpoints
+
+    def spy():
+        written.extend(runner._gdn_pending_checkpoints)
+        write()
+
+    runner._gdn_write_checkpoints = spy
+    try:  # chunks end at 2 and 3 blocks: checkpoints of blocks 1 and 2
+        qwen35_engine.generate(prefix + _engine.prompt(402, 100), salt="unbacked")
+    finally:
+        del runner._gdn_write_checkpoints
+    third = written[-1][1]
+    declined = getattr(runner, "gdn_unbacked_hits", 0)
+    for b in third:
+        getattr(runner, "_gdn_checkpoints", {}).pop(b, None)
+    with qwen35_engine._cpu():
+        runner._gdn_zero_pages(third)
+    hit = qwen35_engine.generate(ids, salt="unbacked")
+    h, c = _engine.generated(hit), _engine.generated(cold)
+    diverged = [f"step {i}: hit {x['token']} ({x['logprob']:.4f}), cold {y['token']} ({y['logprob']:.4f})"
+                for i, (x, y) in enumerate(zip(h, c, strict=True))
+                if x["token"] != y["token"] or abs(x["logprob"] - y["logprob"]) > TOL]
+    assert not diverged, f"a hit on {hit.num_cached_tokens} cached tokens, the last unbacked, against cold: " \
+        + "; ".join(diverged)
+    assert hit.num_cached_tokens == 2 * B, "the hit should stop at the last checkpoint written"
+    assert runner.gdn_unbacked_hits > declined, "the unbacked hit was not counted"
+    _check(qwen35_engine, qwen35_reference, ids, hit, "a hit short of an unbacked block")
+
+
 def test_without_compact_gdn_prefix_caching_is_refused_not_served_wrong(qwen35_dir, qwen35_reference):
     ids = _engine.prompt(7, 3 * B + 17)
     try:
@@ -74,6 +122,10 @@ def test_cold_prompts_arriving_together_share_prefill_batches(qwen35_dir, qwen35
     prompts += [prompts[5][:2 * B] + _engine.prompt(950 + i, 40 + i) for i in range(2)]  # hits on prompt 5
     with _engine.engine(qwen35_dir, num_blocks=64, max_num_seqs=8, env=_serving.BUCKET_ENV) as engine:
         together = engine.generate_many(prompts, salt="together")
+        # Prompt 5's first chunk caches the blocks prompts 6 and 7 hit in the same step: vLLM defers
+        # those hits a step (their checkpoint is written by that step), never counts them unbacked.
+        assert getattr(_runner(engine), "gdn_unbacked_hits", 0) == 0, "a hit on a block cached this step declined"
+        assert [o.num_cached_tokens for o in together[6:]] == [2 * B, 2 * B]
         alone = [engine.generate(ids, salt=f"alone-{i}") for i, ids in enumerate(prompts)]
     for i, (ids, t, a) in enumerate(zip(prompts, together, alone, strict=True)):
         tokens = [s["token"] for s in _engine.generated(t)]
