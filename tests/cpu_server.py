@@ -35,7 +35,7 @@ from cookbook.recipe import derive
 from .conftest import unavailable
 
 TRAIN = ROOT / "tests" / "tinymodel" / "train.py"
-PROMPTS = ROOT / "cookbook" / "smoke" / "prompts.py"
+PROMPTS = ROOT / "cookbook" / "prove" / "smoke" / "prompts.py"
 TEST_RECIPE = ROOT / "tests" / "data" / "recipes" / "Test" / "Tiny-Qwen3-CPU" / "recipe.yaml"
 START_TIMEOUT_S = 300
 # The CPU server's flags that are no recipe's business: eager (no compile), the OpenAI server's logs.

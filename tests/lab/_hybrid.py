@@ -76,6 +76,8 @@ class HybridRunner:
         r = MagicMock(spec=HPUModelRunner)
         for name in BOUND:
             setattr(r, name, getattr(HPUModelRunner, name).__get__(r))
+        if hasattr(HPUModelRunner, "_gdn_checkpoint_backed"):  # gdn-prefix-cache's record: vLLM's hit search asks it
+            r._gdn_checkpoint_backed = HPUModelRunner._gdn_checkpoint_backed.__get__(r)
         kv_config = qwen35_kv_cache_config(num_blocks)
         r.device, r.pin_memory = cpu, False
         r.model = SimpleNamespace(config=SimpleNamespace(architectures=[]))
@@ -96,6 +98,7 @@ class HybridRunner:
         r.use_hybrid_cache, r.use_naive_mamba_cache_sharing, r._compact_gdn_enabled = True, False, True
         r._compact_gdn_group_ids, r._compact_gdn_group_offset = set(), {}
         r._gdn_slot_free_list, r._gdn_req_to_base_slot = [], {}
+        r._gdn_checkpoints, r.gdn_unbacked_hits = {}, 0  # gdn-prefix-cache's record, when the tree has it
         r.attn_backend = HPUAttentionBackendV1
         attn_spec = kv_config.kv_cache_groups[1].kv_cache_spec
         r.attn_groups = [[], [AttentionGroup(HPUAttentionBackendV1, [ATTN_LAYER], attn_spec, 1)]]

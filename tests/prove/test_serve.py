@@ -277,7 +277,7 @@ def followers(*names: str) -> list[str]:
 SIGTERMED = """
 import sys, time
 from pathlib import Path
-from cookbook import serve
+from cookbook.prove import serve
 spec = serve.RunSpec(image=sys.argv[1], name=sys.argv[2], port=int(sys.argv[3]), container_port=int(sys.argv[3]),
                      runtime="", hf_cache=None, entrypoint="sh", args=("-c", sys.argv[4]))
 with serve.container(spec, Path(sys.argv[5]), timeout_s=60) as running:

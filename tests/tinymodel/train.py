@@ -27,7 +27,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-PROMPTS = Path(__file__).resolve().parents[2] / "cookbook" / "smoke" / "prompts.py"
+PROMPTS = Path(__file__).resolve().parents[2] / "cookbook" / "prove" / "smoke" / "prompts.py"
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Added but not special, as in Qwen3: they stay in decoded text, where vLLM's parsers look for them.
 MARKUP = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
