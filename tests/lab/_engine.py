@@ -262,10 +262,13 @@ class Reference:
         self.model = Qwen3_5ForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
 
     @torch.no_grad()
-    def steps(self, prompt_ids: list[int], tokens: list[int]) -> list[dict]:
+    def logprobs(self, prompt_ids: list[int], tokens: list[int]) -> torch.Tensor:
+        """[len(tokens), vocab]: the log-softmax of the raw logits that chose each of `tokens`."""
         ids = torch.tensor([prompt_ids + tokens[:-1]])
-        logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1:].float()
-        logp = torch.log_softmax(logits, dim=-1)
+        return torch.log_softmax(self.model(input_ids=ids).logits[0, len(prompt_ids) - 1:].float(), dim=-1)
+
+    def steps(self, prompt_ids: list[int], tokens: list[int]) -> list[dict]:
+        logp = self.logprobs(prompt_ids, tokens)
         top = logp.topk(2, dim=-1)
         return [{"token": t, "logprob": logp[i, t].item(), "top1": top.indices[i, 0].item(),
                  "margin": (top.values[i, 0] - top.values[i, 1]).item()} for i, t in enumerate(tokens)]

@@ -288,6 +288,7 @@ def hybrid_caches(gdn_first: bool, max_reqs: int = 3, num_blocks: int = 4, block
         _compact_gdn_group_ids=set(), _compact_gdn_group_offset={}, _compact_gdn_enabled=True,
         _num_gdn_groups=0, _gdn_slot_free_list=[], _gdn_req_to_base_slot={}, _original_max_num_seqs=max_reqs,
         _gdn_checkpoints={}, gdn_unbacked_hits=0,
+        mamba_chunk_size=KERNEL_BLOCK, max_num_tokens=2 * block_tokens,  # the recipe's 2-block chunks
         num_mamba_like_layers=gdn_groups * tensors, num_gdn=gdn_groups * tensors, use_hybrid_cache=True,
         use_naive_mamba_cache_sharing=False, use_prefix_caching=prefix_caching,
         attn_backend=HPUAttentionBackend, device="cpu", attn_groups=[], model=None, kv_caches=[],

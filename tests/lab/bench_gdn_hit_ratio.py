@@ -6,9 +6,9 @@ miniature).
 For each size n: a writer prompt (the n shared blocks, then a tail of its own longer than a chunk) runs
 first under the size's salt; a reader prompt (the same n blocks, another tail) follows under that salt.
 The figure is the reader's cached tokens over the n blocks' tokens. A hit can only reach a block boundary
-where the writer's state was checkpointed (the end of a step: a prefill chunk's end, the prompt's last
-full block), so with 2-block chunks an odd n loses its last block today; a checkpoint at every block
-boundary inside a chunk would make every ratio 1. The reader's first token must be the cold run's.
+where the writer's state was checkpointed: before gdn-prefix-cache's 0010-0012 the end of a step (a
+prefill chunk's end, the prompt's last full block), so with 2-block chunks an odd n lost its last block;
+with them every boundary, so every ratio should be 1. The reader's first token must be the cold run's.
 
 Run with a release tree (pristine or patched) first on the path, like the lab's tests:
 

@@ -183,7 +183,10 @@ def test_in_either_group_order_checkpoints_land_in_attention_pages_of_gdn_owned_
         states = caches[f"gdn.0.{t}"]
         # one compact state tensor per KV tensor, shared by its GDN layers
         assert all(caches[f"gdn.{g}.{t}"][i] is states[i] for g in range(GROUPS) for i in range(2))
-        assert states[0].shape[0] == 3 * GROUPS + 2
+        # 3 request slots, and 2 scratch slots for the block boundaries inside a prefill chunk (a
+        # 2-block token budget has at most 2 of them in a step)
+        assert states[0].shape[0] == (3 + 2) * GROUPS + 2
+    assert runner._gdn_scratch_slots == [3, 4] and sorted(runner._gdn_slot_free_list) == [0, 1, 2]
     gen = torch.Generator().manual_seed(5)
     for t in range(TENSORS):
         for c in caches[f"attn.{t}"][:2]:
@@ -240,8 +243,10 @@ def _mamba_metadata(runner, req_id, computed, scheduled):
 
 
 def test_a_batch_with_hits_and_misses_restores_the_hits_and_checkpoints_every_block_end(stepping):
-    """Step 1: "cold" runs 2 blocks from scratch and checkpoints both block ends. Step 2: "hit" shares
-    its first 2 blocks (vLLM gives the GDN groups null blocks, then the cached last block), "miss" a
+    """Step 1: "cold" runs 2 blocks from scratch and checkpoints both block ends: the chunk's end from
+    its slot, the boundary inside the chunk from the scratch slot its GDN layers write there (the
+    prefill batch's metadata names it). Step 2: "hit" shares its first 2 blocks (vLLM gives the GDN
+    groups null blocks, then the cached last block), "miss" a
     new prompt that ends mid-block, "also" one that ends a block: the hit gets the cold request's
     state at token 1792 in its slot before anything runs, and its prefill starts from it; the pages
     of the blocks new in this step are zeroed, in every group, and the cached blocks' KV is kept."""
@@ -252,8 +257,13 @@ def test_a_batch_with_hits_and_misses_restores_the_hits_and_checkpoints_every_bl
     assert runner.execute_model(out) is None
     gen = torch.Generator().manual_seed(9)
     _dirty(caches, gen)  # the forward pass ran: the slot holds the state at 1792
-    cold = runner._gdn_req_to_base_slot["cold"]
-    assert runner._gdn_pending_checkpoints == [(cold, [3, 5])]  # the block that ends at 1792, per group
+    cold, scratch = runner._gdn_req_to_base_slot["cold"], runner._gdn_scratch_slots[0]
+    # the block that ends at 1792, per group, from the slot; the one that ends at 896 from a scratch slot
+    assert runner._gdn_pending_checkpoints == [(cold, [3, 5]), (scratch, [2, 4])]
+    mapping = _mamba_metadata(runner, "cold", 0, 2 * BLOCK).mamba_chunks_to_block_mapping
+    inner_chunk = BLOCK // KERNEL_BLOCK - 1  # the 128-token chunk that ends at 896
+    for gid, index in zip(sorted(runner._compact_gdn_group_ids), _indices(scratch), strict=True):
+        assert mapping[gid].tolist() == [index if c == inner_chunk else -1 for c in range(2 * BLOCK // KERNEL_BLOCK)]
     runner._gdn_write_checkpoints()  # what sample_tokens ends its forwards with
     assert "self._gdn_write_checkpoints()" in inspect.getsource(HPUModelRunner.sample_tokens)
     cold_state = [[s.clone() for s in _slot_states(caches, t, i)] for t in range(TENSORS)
@@ -312,12 +322,14 @@ def test_the_record_backs_a_hit_only_where_a_checkpoint_was_written_and_not_afte
     runner.execute_model(_step(new=[_new("cold", 2 * BLOCK, 0, _block_ids(runner, [[2, 3], [4, 5]], [1, 6]))],
                                scheduled={"cold": 2 * BLOCK}))
     runner._gdn_write_checkpoints()
-    assert runner._gdn_checkpoints == {3: (gids[0], "cold", 2 * BLOCK), 5: (gids[1], "cold", 2 * BLOCK)}
+    assert runner._gdn_checkpoints == {3: (gids[0], "cold", 2 * BLOCK), 5: (gids[1], "cold", 2 * BLOCK),
+                                       2: (gids[0], "cold", BLOCK), 4: (gids[1], "cold", BLOCK)}
     assert MambaManager.cached_state_filter([3, 5], gids, 2 * BLOCK)
     assert runner.gdn_unbacked_hits == 0
     assert not MambaManager.cached_state_filter([3, 5], gids, BLOCK)  # another position
     assert not MambaManager.cached_state_filter([5, 3], gids, 2 * BLOCK)  # another group's checkpoint
-    assert not MambaManager.cached_state_filter([2, 4], gids, BLOCK)  # a block no step ended on
+    assert MambaManager.cached_state_filter([2, 4], gids, BLOCK)  # the boundary inside the chunk
+    assert not MambaManager.cached_state_filter([2, 4], gids, 3 * BLOCK)  # a block nothing wrote
     assert runner.gdn_unbacked_hits == 3
     # Block 5 goes to a new request's attention group: its page is zeroed, its checkpoint gone.
     runner.execute_model(_step(new=[_new("n", 100, 0, _block_ids(runner, [[7], [8]], [5]))], finished={"cold"},

@@ -31,6 +31,15 @@ def _check(engine, reference, ids, out, what):
     return steps
 
 
+def _same_as_cold(hit, cold, what):
+    """The hit's tokens and logprobs are the cold run's."""
+    h, c = _engine.generated(hit), _engine.generated(cold)
+    diverged = [f"step {i}: hit {x['token']} ({x['logprob']:.4f}), cold {y['token']} ({y['logprob']:.4f})"
+                for i, (x, y) in enumerate(zip(h, c, strict=True))
+                if x["token"] != y["token"] or abs(x["logprob"] - y["logprob"]) > TOL]
+    assert not diverged, f"{what} against cold: " + "; ".join(diverged)
+
+
 @pytest.mark.parametrize("prefix_blocks, tail", [(2, 17), (3, 17), (3, B + 44)])
 def test_a_hit_on_a_shared_prefix_gives_the_cold_runs_tokens(qwen35_engine, qwen35_reference, prefix_blocks, tail):
     case = f"{prefix_blocks}-{tail}"
@@ -41,13 +50,38 @@ def test_a_hit_on_a_shared_prefix_gives_the_cold_runs_tokens(qwen35_engine, qwen
     other = qwen35_engine.generate(prefix + _engine.prompt(300 + tail, 100), salt=f"shared-{case}")
     hit = qwen35_engine.generate(ids, salt=f"shared-{case}")
     assert (cold.num_cached_tokens, other.num_cached_tokens, hit.num_cached_tokens) == (0, 0, prefix_blocks * B)
-    h, c = _engine.generated(hit), _engine.generated(cold)
-    diverged = [f"step {i}: hit {x['token']} ({x['logprob']:.4f}), cold {y['token']} ({y['logprob']:.4f})"
-                for i, (x, y) in enumerate(zip(h, c, strict=True))
-                if x["token"] != y["token"] or abs(x["logprob"] - y["logprob"]) > TOL]
-    assert not diverged, f"hit on {prefix_blocks * B} cached tokens against cold: " + "; ".join(diverged)
+    _same_as_cold(hit, cold, f"hit on {prefix_blocks * B} cached tokens")
     _check(qwen35_engine, qwen35_reference, ids, cold, "cold")
     _check(qwen35_engine, qwen35_reference, ids, hit, "hit")
+
+
+@pytest.mark.parametrize("prefix_blocks", [1, 3])
+def test_a_hit_reaches_a_block_boundary_inside_the_writers_prefill_chunk(qwen35_engine, qwen35_reference,
+                                                                          prefix_blocks):
+    """The writer's prompt (4 blocks and 100 tokens) is prefilled in 2-block chunks, which end at
+    blocks 2 and 4, never at 1 or 3. Its GDN layers hand out the state at each block boundary inside
+    a chunk, vLLM keeps a block cached there, and a reader sharing 1 or 3 blocks hits all of them
+    (before: none, and 2 of 3). Its tokens and logprobs are the cold run's and transformers'; once
+    every request is done, the block pool has every block back (the blocks inside a chunk are freed
+    after their step, cached)."""
+    case = f"inner-{prefix_blocks}"
+    pool = _scheduler(qwen35_engine).kv_cache_manager.block_pool
+    free = pool.get_num_free_blocks()
+    prefix = _engine.prompt(500 + prefix_blocks, prefix_blocks * B)
+    ids = prefix + _engine.prompt(520 + prefix_blocks, 17)
+    cold = qwen35_engine.generate(ids, salt=f"cold-{case}")
+    writer = qwen35_engine.generate(prefix + _engine.prompt(510 + prefix_blocks, (4 - prefix_blocks) * B + 100),
+                                    salt=case)
+    hit = qwen35_engine.generate(ids, salt=case)
+    assert (cold.num_cached_tokens, writer.num_cached_tokens, hit.num_cached_tokens) == (0, 0, prefix_blocks * B)
+    _same_as_cold(hit, cold, f"hit on {prefix_blocks * B} cached tokens")
+    _check(qwen35_engine, qwen35_reference, ids, hit, "a hit inside the writer's chunk")
+    assert pool.get_num_free_blocks() == free, "blocks of finished requests were not freed"
+
+
+def _scheduler(engine):
+    """The live engine's scheduler (engine core in this process)."""
+    return engine.llm.llm_engine.engine_core.engine_core.scheduler
 
 
 def _runner(engine):
@@ -87,12 +121,7 @@ def test_a_hit_no_checkpoint_backs_is_computed_not_restored(qwen35_engine, qwen3
     with qwen35_engine._cpu():
         runner._gdn_zero_pages(third)
     hit = qwen35_engine.generate(ids, salt="unbacked")
-    h, c = _engine.generated(hit), _engine.generated(cold)
-    diverged = [f"step {i}: hit {x['token']} ({x['logprob']:.4f}), cold {y['token']} ({y['logprob']:.4f})"
-                for i, (x, y) in enumerate(zip(h, c, strict=True))
-                if x["token"] != y["token"] or abs(x["logprob"] - y["logprob"]) > TOL]
-    assert not diverged, f"a hit on {hit.num_cached_tokens} cached tokens, the last unbacked, against cold: " \
-        + "; ".join(diverged)
+    _same_as_cold(hit, cold, f"a hit on {hit.num_cached_tokens} cached tokens, the last unbacked")
     assert hit.num_cached_tokens == 2 * B, "the hit should stop at the last checkpoint written"
     assert runner.gdn_unbacked_hits > declined, "the unbacked hit was not counted"
     _check(qwen35_engine, qwen35_reference, ids, hit, "a hit short of an unbacked block")
