@@ -7,6 +7,7 @@ committed page has drifted from its sources. `--site DIR` builds the static site
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -168,7 +169,8 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
     checks, scenarios = measured_rows(loaded, smoke, bench, here)
     apply = f"python3 {fixes.fixplan.APPLY_ALL} --profile {r.fixes.profile}" + "".join(
         f" {n}" for n in r.fixes.opt_in)
-    sources = [loaded.rel_path] + [str(results.path_for(loaded.id, k, results.RESULTS).relative_to(ROOT))
+    figures = [str(Path(loaded.rel_path).parent / CAPACITY)] if (loaded.path.parent / CAPACITY).is_file() else []
+    sources = [loaded.rel_path] + figures + [str(results.path_for(loaded.id, k, results.RESULTS).relative_to(ROOT))
                                    for k, run in (("smoke", smoke), ("bench", bench)) if run]
     return _env().get_template("recipe-page.md.j2").render(
         note=note(sources), loaded=loaded, r=r, hardware=hardware(r), context=context(r),
@@ -177,7 +179,40 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
         serve=continued(derive.serve_command(r), 3), buckets=r.buckets.summary or "",
         fix_rows=fix_rows(loaded, written), checks=checks, scenarios=scenarios,
         verified_note=run_note(smoke, loaded.hash, here["smoke"], "smoke"),
-        bench_note=run_note(bench, loaded.hash, here["bench"], "bench"))
+        bench_note=run_note(bench, loaded.hash, here["bench"], "bench"), capacity=capacity(loaded))
+
+
+CAPACITY = "capacity.json"  # beside recipe.yaml; written by tests/lab/_capacity.py --page
+
+
+def capacity(loaded: LoadedRecipe) -> dict | None:
+    """The recipe's capacity figures (the capacity lab's, derived from the recipe), or None."""
+    path = loaded.path.parent / CAPACITY
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return {"source": str(Path(loaded.rel_path).parent / CAPACITY), "rows": capacity_rows(data),
+                "pool": data["pack"]["pool_blocks"], "block": data["pack"]["block_tokens"],
+                "output": data["output_tokens"],
+                "longest": (data["stock"]["longest_admitted"], data["pack"]["longest_admitted"]),
+                "reported": (data["stock"]["reported_tokens"], data["pack"]["reported_tokens"])}
+    except (ValueError, KeyError, TypeError) as e:
+        raise RecipeError(f"{path}: not the capacity lab's figures ({e})",
+                                 hint="write it again with tests/lab/_capacity.py --page") from None
+
+
+def capacity_rows(data: dict) -> list[dict]:
+    """One row per context: requests at once (and preemptions), stock against the pack."""
+    rows = []
+    for ctx, pack in data["pack"]["at_once"].items():
+        stock = data["stock"]["at_once"][ctx]
+        rows.append({"context": f"{int(ctx):,}", "stock": pack_cell(stock), "pack": pack_cell(pack)})
+    return rows
+
+
+def pack_cell(row: dict) -> str:
+    return f"{row['peak_running']}" + (f" ({row['preemptions']} preempted)" if row["preemptions"] else "")
 
 
 def measured_rows(loaded: LoadedRecipe, smoke: results.Measured | None, bench: results.Measured | None,

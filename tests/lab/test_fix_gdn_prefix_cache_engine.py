@@ -19,7 +19,9 @@ POOL = 24  # blocks; the cases below cycle it
 
 @pytest.fixture(scope="module")
 def qwen35_engine(qwen35_dir):
-    with _engine.engine(qwen35_dir, num_blocks=POOL) as engine:
+    # max_model_len within what the pool holds for one request at a step's peak (the pack's start-up
+    # check: 8 blocks of attention and 5 per GDN group with two 2-block chunks in flight, 23 of 24)
+    with _engine.engine(qwen35_dir, num_blocks=POOL, max_model_len=8 * B) as engine:
         yield engine
 
 

@@ -331,3 +331,30 @@ def test_a_launch_value_that_would_end_the_code_block_is_refused():
 ])
 def test_md_text(text, out):
     assert docs.md_text(text) == out
+
+
+@pytest.mark.parametrize("stock, pack, want", [
+    ({"peak_running": 4, "preemptions": 0}, {"peak_running": 4, "preemptions": 0}, ("4", "4")),
+    ({"peak_running": 17, "preemptions": 3}, {"peak_running": 18, "preemptions": 1},
+     ("17 (3 preempted)", "18 (1 preempted)")),
+])
+def test_capacity_rows_put_stock_beside_the_pack(stock, pack, want):
+    data = {"stock": {"at_once": {"32768": stock}}, "pack": {"at_once": {"32768": pack}}}
+    assert docs.capacity_rows(data) == [{"context": "32,768", "stock": want[0], "pack": want[1]}]
+
+
+def test_the_reference_page_has_its_capacity_table_and_says_it_is_derived():
+    page = (ROOT / "docs" / "recipes" / "qwen3.5-27b-fp8.md").read_text()
+    table = page.split("## Capacity", 1)[1].split("\n## ", 1)[0]
+    assert "Derived, not measured" in table and "| 244,000 |" in table
+
+
+def test_a_capacity_file_that_is_not_the_labs_is_a_clear_error(tmp_path, monkeypatch):
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    bad = tmp_path / "recipe" / docs.CAPACITY
+    bad.parent.mkdir()
+    bad.write_text('{"pack": {}}')
+    fake = type(loaded)(loaded.id, bad.parent / "recipe.yaml", loaded.recipe, loaded.chain, loaded.data, loaded.hash,
+                        loaded.profile)
+    with pytest.raises(RecipeError, match="not the capacity lab's figures"):
+        docs.capacity(fake)
