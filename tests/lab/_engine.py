@@ -224,6 +224,51 @@ class Engine:
             return self.llm.generate([{"prompt_token_ids": ids, "cache_salt": salt} for ids in prompts], params,
                                      use_tqdm=False)
 
+    def run(self, requests: list[tuple[str, list[int], str]], max_steps: int, max_tokens: int = 6) -> dict:
+        """`requests` ((id, prompt ids, salt), queued in order, greedy like generate_many's) driven one
+        engine step at a time, at most `max_steps`: LLM.generate steps until every request is done, so
+        a request the scheduler never admits hangs it, while here it fails an assertion that names the
+        requests not done and the pool's free blocks (they are aborted first, so the engine stays
+        usable). Returns the outputs by id and the steps taken."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=max_tokens, temperature=0, logprobs=2, ignore_eos=True)
+        engine = self.llm.llm_engine
+        done, steps = {}, 0
+        with self._cpu():
+            for rid, ids, salt in requests:
+                engine.add_request(rid, {"prompt_token_ids": ids, "cache_salt": salt}, params)
+            while engine.has_unfinished_requests() and steps < max_steps:
+                steps += 1
+                done.update((o.request_id, o) for o in engine.step() if o.finished)
+            if engine.has_unfinished_requests():
+                state = self.pool_state()
+                engine.abort_request([rid for rid, _, _ in requests if rid not in done])
+                raise AssertionError(f"not done after {steps} steps: {state}")
+        return done, steps
+
+    def pool_state(self) -> str:
+        """The scheduler's queues (prompt tokens computed of total) and the KV pool's free blocks."""
+        sched = self.llm.llm_engine.engine_core.engine_core.scheduler
+        pool = sched.kv_cache_manager.block_pool
+
+        def reqs(queue):
+            return ", ".join(f"{r.request_id} ({r.num_computed_tokens}/{r.num_prompt_tokens})"
+                             for r in queue) or "none"
+
+        waiting = list(sched.waiting) + list(getattr(sched, "skipped_waiting", []))
+        state = (f"waiting: {reqs(waiting)}; running: {reqs(sched.running)}; "
+                 f"free blocks {pool.get_num_free_blocks()} of {pool.num_gpu_blocks}")
+        if waiting:  # what the first in line must find free to be admitted (vLLM's full-sequence check)
+            req, mgr = waiting[0], sched.kv_cache_manager
+            blocks, hit = mgr.get_computed_blocks(req)[:2]
+            need = mgr.coordinator.get_num_blocks_to_allocate(
+                request_id=req.request_id, num_tokens=req.num_tokens, new_computed_blocks=blocks.blocks,
+                num_encoder_tokens=0, total_computed_tokens=hit, num_local_computed_tokens=hit,
+                num_tokens_main_model=req.num_tokens, apply_admission_cap=True)
+            state += f"; {req.request_id} needs {need} free to be admitted ({hit} tokens cached)"
+        return state
+
     @property
     def vllm_config(self):
         return self.llm.llm_engine.vllm_config

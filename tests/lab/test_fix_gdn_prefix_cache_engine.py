@@ -180,3 +180,110 @@ def test_speculative_decoding_with_prefix_caching_is_refused_before_any_request(
         engine.close()
     pytest.fail("the engine started with speculative decoding and prefix caching, and served "
                 f"{out.outputs[0].token_ids}")
+
+
+# Near the pool's size (issue 30). Align mode reserves one GDN block per group when it admits a
+# prompt, but the fix holds one per block boundary of the step's chunk plus the running one: with
+# chunks of 2 blocks, a prompt of A blocks peaks at A + 3 x 3 blocks (3 GDN groups). An admission
+# count of a block per GDN group per prompt block (4A) never admits a prompt over a quarter of the
+# pool, waits forever and blocks every prompt behind it (FCFS). The pool is 44 blocks (43 usable:
+# one is vLLM's null block); the long prompt (31 blocks) peaks at 40.
+NEAR_POOL = 44
+TAIL = 150  # every prompt's last partial block: a shape the CPU has met is cheap
+LONG = 30 * B + TAIL  # 31 blocks, 70% of the pool
+THIRD = 13 * B + TAIL  # 14 blocks, a third of the pool
+MAX_TOKENS = 6
+
+
+def _near_pool_scenarios():
+    """Per scenario, its requests (id, prompt ids, salt), queued together. Their hits share the
+    latest blocks of a prompt just served: a GDN checkpoint is freed (cached) once a step is past it,
+    and near the pool's size the allocator soon evicts the early ones."""
+    long, short = _engine.prompt(1000, LONG), _engine.prompt(1100, 4 * B)
+    thirds = [_engine.prompt(1200 + i, THIRD) for i in range(3)]
+    return {
+        "most": [("long", long, "near-a")],
+        # The short ones wait behind it (FCFS); the second and third hit 3 and 4 blocks of the one
+        # before (an odd and an even number; a chunk ends on an even block).
+        "ahead": [("long", long, "near-b"),
+                  ("short-3", short[:3 * B] + _engine.prompt(1101, TAIL), "near-b"),
+                  ("short-4", short + _engine.prompt(1102, TAIL), "near-b"),
+                  ("short-4b", short + _engine.prompt(1103, TAIL), "near-b")],
+        # Three of 14 blocks (42 of the 43 the pool hands out), two behind them sharing 13 and 12
+        # blocks with the last.
+        "thirds": [(f"third-{i}", ids, "near-c") for i, ids in enumerate(thirds)]
+        + [("third-13", thirds[2][:13 * B] + _engine.prompt(1210, TAIL), "near-c"),
+           ("third-12", thirds[2][:12 * B] + _engine.prompt(1211, TAIL), "near-c")],
+    }
+
+
+def _step_limit(prompts):
+    """The steps a workload takes at worst when it is served: a chunk shares the step's token budget
+    with decodes and is block-aligned, so at least one prompt block a step, and one token a step;
+    plus slack. A wedged scheduler runs empty steps, so it fails fast."""
+    return sum(-(-len(ids) // B) + MAX_TOKENS for ids in prompts) + 8
+
+
+@pytest.fixture(scope="module")
+def caching_off(qwen35_dir):
+    """The yardstick, per prompt: alone, prefix caching off (no checkpoints, no align mode). Run and
+    closed before the engine under test starts: the runner sets vLLM's MambaManager hooks (class
+    attributes) for the engine it starts last."""
+    out = {}
+    with _engine.engine(qwen35_dir, num_blocks=NEAR_POOL, max_model_len=8 * 1024, max_num_seqs=1,
+                        prefix_caching=False) as engine:
+        for requests in _near_pool_scenarios().values():
+            for _, ids, _ in requests:
+                if tuple(ids) not in out:
+                    done, _ = engine.run([("off", ids, "off")], _step_limit([ids]), MAX_TOKENS)
+                    out[tuple(ids)] = done["off"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def near_pool_engine(qwen35_dir, caching_off):
+    with _engine.engine(qwen35_dir, num_blocks=NEAR_POOL, max_model_len=8 * 1024, max_num_seqs=4) as engine:
+        yield engine
+
+
+def _serve(engine, requests):
+    """`requests` queued together and served within the step limit; once they are done the pool has
+    every block back (free or cached)."""
+    pool = _scheduler(engine).kv_cache_manager.block_pool
+    free = pool.get_num_free_blocks()
+    done, _ = engine.run(requests, _step_limit([ids for _, ids, _ in requests]), MAX_TOKENS)
+    assert pool.get_num_free_blocks() == free, f"blocks of finished requests were not freed: {engine.pool_state()}"
+    return done
+
+
+def _as_caching_off(caching_off, name, requests, done):
+    for rid, ids, _ in requests:
+        _same_as_cold(done[rid], caching_off[tuple(ids)],
+                      f"{name}: {rid} ({len(ids)} tokens, {done[rid].num_cached_tokens} cached), caching off alone")
+
+
+def test_a_prompt_of_most_of_the_pool_is_served_cold_and_from_the_cache(near_pool_engine, caching_off):
+    """Cold, then again on its own cached blocks (the stock tree restores a GDN state that is not the
+    prompt's there)."""
+    requests = _near_pool_scenarios()["most"]
+    cold = _serve(near_pool_engine, requests)
+    _as_caching_off(caching_off, "most", requests, cold)
+    again = _serve(near_pool_engine, requests)
+    _as_caching_off(caching_off, "most", requests, again)
+    assert again["long"].num_cached_tokens >= 24 * B, "the long prompt missed its own blocks"
+
+
+def test_a_prompt_of_most_of_the_pool_ahead_of_short_ones_serves_them_all(near_pool_engine, caching_off):
+    requests = _near_pool_scenarios()["ahead"]
+    done = _serve(near_pool_engine, requests)
+    _as_caching_off(caching_off, "ahead", requests, done)
+    hits = [done[r].num_cached_tokens for r in ("short-4", "short-4b")]
+    assert min(hits) >= 2 * B, f"the short ones missed each other's blocks: {hits} cached tokens"
+
+
+def test_prompts_of_a_third_of_the_pool_arriving_together_are_all_served(near_pool_engine, caching_off):
+    requests = _near_pool_scenarios()["thirds"]
+    done = _serve(near_pool_engine, requests)
+    _as_caching_off(caching_off, "thirds", requests, done)
+    hits = [done[r].num_cached_tokens for r in ("third-13", "third-12")]
+    assert min(hits) >= 8 * B, f"the last two missed the third's blocks: {hits} cached tokens"
