@@ -182,16 +182,17 @@ def test_speculative_decoding_with_prefix_caching_is_refused_before_any_request(
                 f"{out.outputs[0].token_ids}")
 
 
-# Near the pool's size (issue 30). Align mode reserves one GDN block per group when it admits a
-# prompt, but the fix holds one per block boundary of the step's chunk plus the running one: with
-# chunks of 2 blocks, a prompt of A blocks peaks at A + 3 x 3 blocks (3 GDN groups). An admission
-# count of a block per GDN group per prompt block (4A) never admits a prompt over a quarter of the
-# pool, waits forever and blocks every prompt behind it (FCFS). The pool is 44 blocks (43 usable:
-# one is vLLM's null block); the long prompt (31 blocks) peaks at 40.
-NEAR_POOL = 44
+# Near the pool's size (issue 30). A prefill step holds a real block at every block boundary of the
+# chunks in flight and the block its chunk starts from: with chunks of 2 blocks and async scheduling's
+# two steps in flight, 5 blocks per GDN group, which admission reserves (0012/0013). A prompt of A
+# blocks is admitted when A + 3 x 5 blocks are free; the pool is 48 blocks (47 usable: one is vLLM's
+# null block), so the long prompt (31 blocks, 65% of the pool) needs 46, and the start-up check admits
+# max_model_len 32 blocks (47 of 48). The previous round's 0012 counted a block per GDN group per prompt
+# block (4A): a prompt over a quarter of the pool waited forever and blocked every prompt behind it.
+NEAR_POOL = 48
 TAIL = 150  # every prompt's last partial block: a shape the CPU has met is cheap
-LONG = 30 * B + TAIL  # 31 blocks, 70% of the pool
-THIRD = 13 * B + TAIL  # 14 blocks, a third of the pool
+LONG = 30 * B + TAIL  # 31 blocks, 65% of the pool
+THIRD = 13 * B + TAIL  # 14 blocks, nearly a third of the pool
 MAX_TOKENS = 6
 
 
@@ -209,7 +210,7 @@ def _near_pool_scenarios():
                   ("short-3", short[:3 * B] + _engine.prompt(1101, TAIL), "near-b"),
                   ("short-4", short + _engine.prompt(1102, TAIL), "near-b"),
                   ("short-4b", short + _engine.prompt(1103, TAIL), "near-b")],
-        # Three of 14 blocks (42 of the 43 the pool hands out), two behind them sharing 13 and 12
+        # Three of 14 blocks (42 of the 47 the pool hands out), two behind them sharing 13 and 12
         # blocks with the last.
         "thirds": [(f"third-{i}", ids, "near-c") for i, ids in enumerate(thirds)]
         + [("third-13", thirds[2][:13 * B] + _engine.prompt(1210, TAIL), "near-c"),
