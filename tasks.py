@@ -267,8 +267,20 @@ def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_r
 
 
 
+@task(help={"recipe": "recipe id or path", "profile": "fix profile",
+            "check": "write nothing; fail if capacity.json differs from a fresh run",
+            "dry_run": "print what it would run and write"})
+@edge
+def fixes_capacity(c, recipe="qwen3.5-27b-fp8", profile="v0.26.0", check=False, dry_run=False):
+    """The recipe's capacity at its own geometry (vLLM's scheduler, no model), stock and with the pack."""
+    from cookbook.fixpack import capacity
+
+    capacity.write(recipe, profile, check=check, dry_run=dry_run)
+
+
 ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify=fixes_verify, rebase=fixes_rebase,
-                             new=fixes_new, lab=fixes_lab, cost=fixes_cost, drift=fixes_drift))
+                             new=fixes_new, lab=fixes_lab, cost=fixes_cost, drift=fixes_drift,
+                             capacity=fixes_capacity))
 
 
 @task(help={"recipe": "recipe id or path", "image": "image to check (default: the recipe's moving tag)",

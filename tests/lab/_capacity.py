@@ -204,7 +204,10 @@ class Lab:
         release (stock accounting), so the smallest pool whose report reaches it."""
         from vllm.v1.kv_cache_interface import MambaSpec
 
-        want = self.recipe["verified"]["kv_pool_tokens"]
+        want = (self.recipe.get("verified") or {}).get("kv_pool_tokens")
+        if not want:
+            raise SystemExit("verified.kv_pool_tokens is not set: the capacity lab sizes the pool from the KV "
+                             "pool the page measured")
         saved = getattr(MambaSpec, "checkpoint_every_block", None)
         if saved is not None:
             MambaSpec.checkpoint_every_block = False

@@ -288,3 +288,18 @@ def test_prompts_of_a_third_of_the_pool_arriving_together_are_all_served(near_po
     _as_caching_off(caching_off, "thirds", requests, done)
     hits = [done[r].num_cached_tokens for r in ("third-13", "third-12")]
     assert min(hits) >= 8 * B, f"the last two missed the third's blocks: {hits} cached tokens"
+
+
+def test_a_pool_that_cannot_hold_max_model_len_at_a_steps_peak_is_refused_at_start_up(qwen35_dir):
+    """Liveness: a prompt the pool could never admit, even idle, is refused before any request. vLLM's
+    start-up check counts what a request holds at a step's peak (0013), so with a 24-block pool and
+    max_model_len 16 blocks (16 + 3 x 5 = 31 > 24) the engine does not start, and says the limit.
+    The stock accounting (16 + 3 x 2 = 22) starts it; with the previous round's 0012 its prompts past
+    a quarter of the pool then waited forever, with no error."""
+    engine = None
+    try:
+        with pytest.raises(ValueError, match=r"max seq len \(4096\).*estimated maximum model length is 2304"):
+            engine = _engine.Engine(qwen35_dir, num_blocks=24, max_model_len=16 * B)
+    finally:
+        if engine is not None:
+            engine.close()
