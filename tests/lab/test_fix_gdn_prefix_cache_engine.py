@@ -259,8 +259,8 @@ def _serve(engine, requests):
 
 def _as_caching_off(caching_off, name, requests, done):
     for rid, ids, _ in requests:
-        _same_as_cold(done[rid], caching_off[tuple(ids)],
-                      f"{name}: {rid} ({len(ids)} tokens, {done[rid].num_cached_tokens} cached), caching off alone")
+        _same_as_cold(done[rid], caching_off[tuple(ids)], f"{name}: {rid} ({len(ids)} tokens, "
+                      f"{done[rid].num_cached_tokens} cached; 'cold' is the prompt alone, caching off)")
 
 
 def test_a_prompt_of_most_of_the_pool_is_served_cold_and_from_the_cache(near_pool_engine, caching_off):
