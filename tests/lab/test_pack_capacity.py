@@ -84,3 +84,28 @@ def test_the_pages_capacity_figures_are_the_labs(stock, pack):
         assert page[name]["at_once"] == want, f"{PAGE} is stale: run tests/lab/_capacity.py --page"
         assert page[name]["longest_admitted"] == f["longest_admitted"]
         assert page[name]["reported_tokens"] == f["setup"]["reported_tokens"]
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_a_tight_pool_preempts_and_every_request_still_finishes(async_scheduling):
+    """A pool of 320 blocks, the smallest start-up check the pack passes at max_model_len rounded up (308
+    blocks a request), for 16 requests of 16,768 prompt tokens and 16,000 out: admission counts the
+    prompt, decoding grows each to 37 blocks, so requests are preempted and resumed; none is left unable
+    to finish, every block comes back, and the pack runs as many at once as vLLM's own accounting."""
+    rows = {}
+    for name, stock in (("stock", True), ("pack", False)):
+        lab = _capacity.Lab(RECIPE, async_scheduling, pool=320, stock=stock)
+        assert lab.pack is not stock, "the pack's accounting is not in this tree"
+        rows[name] = _capacity.at_once(lab, 32768, n=16, output=16000)
+    for name, row in rows.items():
+        assert not row.wedged and row.finished == row.admitted == 16 and row.blocks_leaked == 0, (name, row)
+    assert rows["pack"].preemptions > 0, "the pool never ran short"
+    assert rows["pack"].peak_running >= rows["stock"].peak_running
+
+
+def test_sync_scheduling_admits_every_prompt_and_runs_as_many(stock):
+    """vLLM's Scheduler (async scheduling off): one chunk in flight, 3 blocks per GDN group."""
+    lab = _capacity.Lab(RECIPE, False)
+    assert lab.setup().reported_tokens == 617_166  # 293 + 3 x 3 blocks a request
+    assert _capacity.longest_admitted(lab) == stock["longest_admitted"]
+    assert [_capacity.at_once(lab, c).peak_running for c in (65536, 100000, 131072)] == [9, 6, 4]
