@@ -15,7 +15,9 @@ test_gdn_engine.py checks vLLM derives it.
 `Engine` starts `vllm.LLM` on the tree's `HpuPlatform` under upstream's `VLLM_USE_FAKE_HPU=1`:
 enforce_eager (with `compiled`, the release's torch.compile regions instead), the engine core
 in-process, the tree's plain prompt attention (`VLLM_PROMPT_USE_FUSEDSDPA=0`), a fixed number of KV
-blocks, chunks of two blocks. `Reference` is transformers' greedy output on the same weights.
+blocks, chunks of two blocks; `dtype="float32"` keeps the model in float32 where the platform would run
+bf16 (`float32_kept`; the serving test's choice, tests/lab/_serving.py). `Reference` is transformers'
+greedy output on the same weights. `tiny_qwen35(text)` builds a variant of another text config.
 """
 
 from __future__ import annotations
@@ -59,24 +61,24 @@ def cache_root() -> Path:
     return Path(base) / "lab-models"
 
 
-def recipe_key() -> str:
+def recipe_key(text: dict = TEXT_CONFIG) -> str:
     import transformers
 
-    recipe = {"text": TEXT_CONFIG, "vision": VISION_CONFIG, "dtype": DTYPE, "seed": SEED, "gdn": GDN_MEMORY,
+    recipe = {"text": text, "vision": VISION_CONFIG, "dtype": DTYPE, "seed": SEED, "gdn": GDN_MEMORY,
               "transformers": transformers.__version__, "tokenizer": "byte-level v1"}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def tiny_qwen35() -> Path:
+def tiny_qwen35(text: dict = TEXT_CONFIG) -> Path:
     """The model folder (built once per recipe; a partial build is never taken for a whole one)."""
-    dest = cache_root() / f"qwen35-tiny-{recipe_key()}"
+    dest = cache_root() / f"qwen35-tiny-{recipe_key(text)}"
     if (dest / ".complete").is_file():
         return dest
     from _byte_tokens import byte_tokenizer
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     part = dest.with_name(dest.name + f".partial-{os.getpid()}")
-    config = Qwen3_5Config(text_config=dict(TEXT_CONFIG), vision_config=dict(VISION_CONFIG),
+    config = Qwen3_5Config(text_config=dict(text), vision_config=dict(VISION_CONFIG),
                            architectures=["Qwen3_5ForConditionalGeneration"], tie_word_embeddings=False)
     torch.manual_seed(SEED)
     model = Qwen3_5ForConditionalGeneration(config)
@@ -167,6 +169,38 @@ def release_compiles():
         runner.HPUModelRunner._maybe_compile = maybe_compile
 
 
+@contextlib.contextmanager
+def float32_kept():
+    """vllm-gaudi's platform runs a float32 model in bf16 (check_and_update_config: "The HPU backend
+    currently does not support torch.float32"). Kept float32 while entered: the weights, activations and
+    the KV cache (its dtype follows the model's), the GDN conv state; the SSM state is float32 either
+    way. Everything else the platform decides (block size, page unification) it decides on float32."""
+    from vllm.platforms import current_platform
+
+    platform = type(current_platform)  # resolved through the plugins (vllm_gaudi's HpuPlatform)
+    original = platform.__dict__["check_and_update_config"]
+    check = platform.check_and_update_config
+
+    def keep(vllm_config):
+        dtype = vllm_config.model_config.dtype if vllm_config.model_config is not None else None
+        check(vllm_config)
+        if dtype == torch.float32:
+            vllm_config.model_config.dtype = dtype
+
+    # The runner names its KV cache dtype to vLLM's backend selector, which knows no "float32": "auto"
+    # is the model's dtype, float32 here.
+    import vllm_gaudi.v1.worker.hpu_model_runner as runner
+
+    names = runner.HPU_TORCH_DTYPE_TO_STR_DTYPE
+    platform.check_and_update_config = staticmethod(keep)
+    runner.HPU_TORCH_DTYPE_TO_STR_DTYPE = names | {torch.float32: "auto"}
+    try:
+        yield
+    finally:
+        platform.check_and_update_config = original
+        runner.HPU_TORCH_DTYPE_TO_STR_DTYPE = names
+
+
 ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # the engine core in this process, with the stubs
     "VLLM_PROMPT_USE_FUSEDSDPA": "0",  # the tree's plain prompt attention
@@ -182,8 +216,9 @@ class Engine:
 
     def __init__(self, model_dir: Path, *, num_blocks: int = 64, max_model_len: int = 4096,
                  prefix_caching: bool = True, env: dict | None = None, counter=None, compiled: bool = False,
-                 **kwargs):
+                 dtype: str = DTYPE, **kwargs):
         self.env = ENV | (env or {})
+        self.dtype = dtype
         self.counter = counter  # _hostsync.HostSyncs: labels device tensors from the engine's start
         with self._cpu():
             register_qwen35()
@@ -191,7 +226,7 @@ class Engine:
 
             args = dict(max_num_seqs=2, max_num_batched_tokens=2 * BLOCK) | kwargs
             with release_compiles() if compiled else contextlib.nullcontext():
-                self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=DTYPE, enforce_eager=not compiled,
+                self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, enforce_eager=not compiled,
                                max_model_len=max_model_len, num_gpu_blocks_override=num_blocks,
                                enable_prefix_caching=prefix_caching, language_model_only=True, seed=SEED, **args)
 
@@ -200,7 +235,8 @@ class Engine:
         saved = dict(os.environ)
         os.environ.update(self.env)
         try:
-            with torchvision_names(), hpu_generators(), HpuOnCpu(self.counter):
+            with torchvision_names(), hpu_generators(), HpuOnCpu(self.counter), \
+                    float32_kept() if self.dtype == "float32" else contextlib.nullcontext():
                 yield
         finally:
             os.environ.clear()

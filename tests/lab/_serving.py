@@ -1,23 +1,37 @@
 """The recipe's serving conditions in miniature, on the release's real engine (tests/lab/_engine.py), and
-the yardstick the pack is held to under them: each request served among many must give what it gives
-served alone.
+the yardstick the pack is held to under them: each request served among many must give exactly what it
+gives served alone.
 
 Conditions (`CONDITIONS`): the recipe's bucket variables (up to 8 prompts merged into one prefill batch,
 up to 32 decodes, exponential bucketing), 32 sequences at a time, chunked prefill with a budget of two
 hybrid blocks, prefix caching with gdn-prefix-cache's compact GDN slots, async scheduling on (vLLM
 0.26.0's default) or off, and a KV pool small enough that requests are preempted and resumed.
 
-Workload (`wave_one`, `wave_between`, `wave_two`): 44 requests. The first 32 are submitted together:
-prompts on shared prefixes of 1 to 3 blocks (prefix-cache hits among them) or none, each with one of the
-sampling features the page's checks and the OpenAI API reach (`FEATURES`). 4 greedy ones follow
-together. The 8 of the second wave are submitted together once those are done, each on the prompt and
-the generated text of an earlier request that crossed a block boundary while decoding, so their hits
-reach into generated text.
+What differs from the recipe: the model runs in float32, not bf16 (`DTYPE`, `_engine.float32_kept`).
+In bf16 two runs of a request (a batch of 40 against a batch of 1) moved logprobs by up to 0.1, and
+flipped near-ties, a different few on each CPU (Intel Xeon, AMD EPYC); a yardstick that excuses flips
+cannot tell one from a defect. In float32 they move by at most 5e-6 (measured, AMD EPYC), and the
+float32 reference's smallest top-2 margin over every plain greedy step of the workload is 1.3e-3 (a
+reader's step 13; `MARGIN_FLOOR` is checked): tokens are compared exactly, with no cap and no arbiter.
+Kept float32 with the model: the weights (bf16 values, saved so), activations, the KV cache ("auto"
+follows the model) and the GDN conv state; the SSM state is float32 in the recipe too. The model is the
+lab's tiny hybrid with twice the GDN value heads (`TEXT_CONFIG`), so that its float32 state still needs
+two 128-token attention pages and vLLM derives the 256-token hybrid block, chunks of two blocks and
+kernel chunks of 128 (a stride of 2 inside a block), as in bf16 with the shared model.
+
+Workload (`wave_one`, `wave_inner`, `wave_between`, `wave_two`): 47 requests. The first 32 are submitted
+together: prompts on shared prefixes of 1 to 3 blocks (prefix-cache hits among them) or none, each with
+one of the sampling features the page's checks and the OpenAI API reach (`FEATURES`). In that crowd each
+prefill chunk is one block. Then 3 together: a writer prefilled in chunks of two blocks and two readers
+whose hits restore the checkpoints it wrote inside a chunk, at 1 and 3 blocks (`inner_hits` finds them
+from the scheduler's chunks). 4 greedy ones follow together. The 8 of the second wave are submitted
+together once those are done, each on the prompt and the generated text of an earlier request that
+crossed a block boundary while decoding, so their hits reach into generated text.
 
 Yardstick (`alone`, `ALONE`): the same requests one at a time on a fresh engine with prefix caching
 off, async scheduling off and each prompt prefilled in one step. `differences` compares token for
-token (greedy and seeded alike), the finish reason and the text, and logprobs and prompt logprobs
-within `_engine.TOL`.
+token (greedy, seeded and processed alike), the finish reason and the text, and logprobs and prompt
+logprobs within `TOL`.
 """
 
 from __future__ import annotations
@@ -29,6 +43,27 @@ import _engine
 
 B = _engine.BLOCK
 MAX_TOKENS = 16
+
+# The serving model: the lab's tiny hybrid with 8 GDN value heads instead of 4, run in float32. Its GDN
+# state in float32 (conv 384 x 3, SSM 8 x 32 x 32: 37,376 B) lies between one and two 128-token float32
+# attention pages (32,768 B), so vLLM derives the same 256-token hybrid block as the bf16 lab model
+# (the shared model in float32, 19,456 B, would get 128-token blocks: one kernel chunk per block, and
+# no boundary inside a kernel stride to get wrong).
+TEXT_CONFIG = _engine.TEXT_CONFIG | {"linear_num_value_heads": 8}
+DTYPE = "float32"
+# Logprobs served among many against alone measured at most 4.8e-6 apart (AMD EPYC), the engine's against
+# the float32 reference at most 3.1e-6.
+TOL = 1e-4
+# The float32 reference's top-2 margin at every plain greedy step (`PLAIN_GREEDY`) is at least this
+# (measured: 1.3e-3 at the least): some 200 times the noise between two runs, so exact tokens hold on any
+# CPU. A change of workload or model that makes a near-tie fails here, rather than flipping somewhere.
+MARGIN_FLOOR = 1e-3
+# Decoded without sampling or processors: the logprobs are the choice's own.
+PLAIN_GREEDY = ("greedy", "stop-string", "top-logprobs", "prompt-logprobs")
+
+
+def model_dir():
+    return _engine.tiny_qwen35(TEXT_CONFIG)
 
 # The recipe's buckets (recipes/Qwen/Qwen3.5-27B-FP8/recipe.yaml `buckets`), lengths scaled to the
 # tiny model: prompt batches of 1 to 8, decode batches of 1 to 32, exponential bucketing.
@@ -42,7 +77,7 @@ BUCKET_ENV = {
 # preempts and resumes some of them (counted by `Preemptions`).
 POOL = 40
 CONDITIONS = dict(num_blocks=POOL, max_model_len=2048, max_num_seqs=32, max_num_batched_tokens=2 * B,
-                  enable_chunked_prefill=True, env=BUCKET_ENV)
+                  enable_chunked_prefill=True, env=BUCKET_ENV, dtype=DTYPE)
 
 JSON_SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
                "required": ["n", "ok"], "additionalProperties": False}
@@ -108,8 +143,20 @@ def wave_one() -> list[Request]:
     return out
 
 
+def wave_inner() -> list[Request]:
+    """3 requests served together after the first wave. A writer of 4 blocks and a tail comes first and
+    takes each step's whole token budget: it is prefilled in chunks [0, 512), [512, 1024) and the rest,
+    so its GDN states at 256 and 768 are checkpointed inside a chunk (gdn-prefix-cache 0010-0012; in the
+    first wave's crowd every chunk is one block). Two readers share its first 1 and 3 blocks: their hits
+    restore those checkpoints."""
+    prefix = _engine.prompt(740, 4 * B)
+    out = [Request("w1i-writer-greedy", prefix + _engine.prompt(760, 100), "greedy", 45)]
+    return out + [Request(f"w1i-reader{n}-{feature}", prefix[:n * B] + _engine.prompt(770 + n, 40 + n), feature, 45 + n)
+                  for n, feature in ((1, "seeded"), (3, "greedy"))]
+
+
 def wave_between() -> list[Request]:
-    """4 greedy requests served together after the first wave, each ending a few tokens short of a block
+    """4 greedy requests served together after those, each ending a few tokens short of a block
     boundary: few enough that the small pool keeps their blocks for the second wave (the first wave's
     churn evicts most of its own before then)."""
     return [Request(f"w1b-{k}-greedy", _engine.prompt(750 + k, B - 4 - k), "greedy", 50 + k) for k in range(4)]
@@ -131,7 +178,7 @@ def wave_two(first: list[Request], outputs: dict) -> list[Request]:
 
 # The yardstick's engine: nothing of the conditions above but the model and the pool's block size.
 ALONE = dict(prefix_caching=False, async_scheduling=False, num_blocks=64, max_model_len=2048, max_num_seqs=1,
-             max_num_batched_tokens=2048, env={"VLLM_COMPACT_GDN": "1"})
+             max_num_batched_tokens=2048, env={"VLLM_COMPACT_GDN": "1"}, dtype=DTYPE)
 
 
 def summary(output) -> dict:
@@ -167,23 +214,56 @@ class Preemptions:
             Scheduler._preempt_request = original
 
 
+class Chunks:
+    """The prefill chunks vLLM's scheduler hands out while entered: prompt -> [(first token, end)] of
+    each step's tokens of that request (a resumed request's restart included)."""
+
+    def __init__(self):
+        self.of: dict[tuple, list[tuple[int, int]]] = {}
+
+    @contextlib.contextmanager
+    def recording(self):
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        original = Scheduler.schedule
+
+        def schedule(sched, *args, **kwargs):
+            out = original(sched, *args, **kwargs)
+            starts = {r.req_id: r.num_computed_tokens for r in out.scheduled_new_reqs}
+            starts |= dict(zip(out.scheduled_cached_reqs.req_ids, out.scheduled_cached_reqs.num_computed_tokens,
+                               strict=True))
+            for req_id, n in out.num_scheduled_tokens.items():
+                key = tuple(sched.requests[req_id].prompt_token_ids)
+                self.of.setdefault(key, []).append((starts[req_id], starts[req_id] + n))
+            return out
+
+        Scheduler.schedule = schedule
+        try:
+            yield self
+        finally:
+            Scheduler.schedule = original
+
+
 @dataclass
 class Served:
     outputs: dict = field(default_factory=dict)
     preemptions: int = 0
     second_wave: list = field(default_factory=list)
+    chunks: dict = field(default_factory=dict)
 
 
 def together(engine: _engine.Engine) -> Served:
     """Both waves, each submitted as one batch of requests, on `engine`."""
     served = Served()
     first = wave_one()
-    with engine._cpu(), Preemptions().counting() as pre:
+    with engine._cpu(), Preemptions().counting() as pre, Chunks().recording() as chunks:
         _generate(engine, first, served.outputs)
+        _generate(engine, wave_inner(), served.outputs)
         _generate(engine, wave_between(), served.outputs)
-        served.second_wave = wave_two(first + wave_between(), served.outputs)
+        served.second_wave = wave_two(first + wave_inner() + wave_between(), served.outputs)
         _generate(engine, served.second_wave, served.outputs)
     served.preemptions = pre.count
+    served.chunks = chunks.of
     return served
 
 
@@ -203,19 +283,6 @@ def _generate(engine, requests, outputs):
         outputs[r.name] = summary(res)
 
 
-# Seeded sampling races the tokens' probabilities against the seed's noise, so a bf16 logit that differs
-# in its last bit between a batch of 40 and a batch of 1 can flip a later token (measured: one seeded
-# request in 40, at step 9). Its first tokens must match exactly: a draw taken or skipped wrongly shows
-# there (the partial-prefill bug moved the first token; the padding bug the second).
-SEEDED_EXACT = 4
-# Features whose token is not the raw logits' argmax (penalties, a bias, banned words): their logprobs
-# are raw (vllm-gaudi's runner builds its Sampler without the model's logprobs_mode), so a near-tie
-# after the processors cannot be seen. As for seeded requests, their first SEEDED_EXACT tokens must
-# match exactly: penalties that miss generated tokens, or a wrong bias row, show there (measured on an
-# AMD EPYC: a repetition-penalty request flipped at step 13, on a tie the raw logprobs do not show).
-MARGIN_UNSEEN = ("repetition", "frequency", "presence", "logit-bias", "bad-words")
-
-
 def _near(x: dict, y: dict, tol: float) -> bool:
     """Top-k logprobs alike: shared tokens within `tol`, and a token only one side ranks is within `tol`
     of the other side's last (a near-tie at the cut-off, broken either way)."""
@@ -224,65 +291,18 @@ def _near(x: dict, y: dict, tol: float) -> bool:
     return all(a[t] >= min(b.values()) - tol for a, b in ((x, y), (y, x)) for t in a.keys() - b.keys())
 
 
-def treated_alike(request: Request, history: list[int], a: int, b: int) -> bool:
-    """Whether a request decoded without sampling moves tokens `a` and `b` alike after generating
-    `history` (penalties, bias, min_tokens' masked stops, vLLM 0.26.0's rules): then its choice between
-    them is a choice between their raw logits. Never for a sampled request, nor for bad words (what a
-    bad word bans depends on the text so far)."""
-    kw = _params(request.feature, request.index)
-    if kw.get("temperature", 1.0) > 0 or "bad_words" in kw:
-        return False
-    if "repetition_penalty" in kw:  # applied to the tokens of the prompt and the output
-        seen = set(request.prompt) | set(history)
-        return (a in seen) == (b in seen)
-    if "frequency_penalty" in kw or "presence_penalty" in kw:  # the output's counts
-        return history.count(a) == history.count(b)
-    if "logit_bias" in kw:
-        return kw["logit_bias"].get(a, 0.0) == kw["logit_bias"].get(b, 0.0)
-    if "min_tokens" in kw and len(history) < kw["min_tokens"]:
-        stops = set(kw["stop_token_ids"])
-        return (a in stops) == (b in stops)
-    return True
-
-
-def differences(name: str, got: dict, want: dict, seeded: bool = False, tol: float = _engine.TOL,
-                flips: list | None = None, raw=None, alike=None) -> list[str]:
-    """How `got` (served among many) departs from `want` (served alone). A token may differ only where
-    that is no defect: a near-tie between the two tokens taken (within `tol`), or, with `seeded` (a seeded
-    request, or one whose margins are unseen: MARGIN_UNSEEN), past its first SEEDED_EXACT tokens; the
-    comparison ends there and `flips` notes it.
-
-    `raw(tokens)`, where given, is the float32 reference's logprobs along the generated `tokens`
-    ([step, vocab]; vllm-gaudi's logprobs are raw too), and `alike(history, a, b)` whether the
-    request's processors move two tokens alike (treated_alike). Two bf16 runs may each be within `tol`
-    of the reference and on either side of it, so what the reference explains is no defect: a flip
-    between two tokens it holds within `tol` that the request treats alike (a near-tie a request
-    without logprobs cannot show), and logprobs further apart than `tol` that are each within `tol` of
-    it."""
+def differences(name: str, got: dict, want: dict, tol: float = TOL) -> list[str]:
+    """How `got` (served among many) departs from `want` (served alone): any token, the finish reason,
+    the text, and logprobs or prompt logprobs further apart than `tol`."""
     bad = []
     mine, theirs = got["tokens"], want["tokens"]
-    diverged = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b),
-                    None if len(mine) == len(theirs) else min(len(mine), len(theirs)))
-    upto = len(theirs) if diverged is None else diverged
-    if diverged is not None:
-        lp = want["logprobs"][diverged] if want["logprobs"] and diverged < len(want["logprobs"]) else None
-        here = got["logprobs"][diverged] if got["logprobs"] and diverged < len(got["logprobs"]) else None
-        # A near-tie between the two tokens taken: their logprobs within `tol`, read alone where it ranks
-        # them, else here (a three-way tie can leave either one out of a run's top-k; the two runs'
-        # logprobs are held within `tol` of each other below).
-        known = [next((side[t] for side in (lp, here) if side and t in side), None)
-                 for t in (mine[diverged], theirs[diverged])] if diverged < min(len(mine), len(theirs)) else []
-        tie = len(known) == 2 and None not in known and abs(known[0] - known[1]) <= tol
-        if not tie and raw is not None and alike is not None and diverged < min(len(mine), len(theirs)):
-            a, b = mine[diverged], theirs[diverged]
-            ref = raw(mine[:diverged + 1])[diverged]
-            tie = alike(mine[:diverged], a, b) and abs(ref[a] - ref[b]).item() <= tol
-        if tie or (seeded and diverged >= SEEDED_EXACT):
-            if flips is not None:
-                flips.append(f"{name}: step {diverged} ({'near-tie' if tie else 'past the exact steps'})")
-        else:
-            bad.append(f"{name}: tokens differ from step {diverged}: {got['tokens']} against {want['tokens']} alone"
-                       f" (logprobs there: {here} against {lp} alone)")
+    if mine != theirs:
+        step = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b),
+                    min(len(mine), len(theirs)))
+        lp, here = (side["logprobs"][step] if side["logprobs"] and step < len(side["logprobs"]) else None
+                    for side in (want, got))
+        bad.append(f"{name}: tokens differ from step {step}: {mine} against {theirs} alone"
+                   f" (logprobs there: {here} against {lp} alone)")
     elif got["finish"] != want["finish"]:
         bad.append(f"{name}: finished on {got['finish']!r}, alone on {want['finish']!r}")
     elif got["text"] != want["text"]:
@@ -293,14 +313,27 @@ def differences(name: str, got: dict, want: dict, seeded: bool = False, tol: flo
         if (a is None) != (b is None):
             bad.append(f"{name}: {what} {'missing' if a is None else 'unexpected'}")
             continue
-        # Generated tokens' logprobs up to a divergence; after it the two runs condition on other tokens.
-        end = None if what == "prompt_logprobs" else upto
-        for step, (x, y) in enumerate(zip((a or [])[:end], (b or [])[:end], strict=False)):
+        for step, (x, y) in enumerate(zip(a or [], b or [], strict=False)):
             if x is not None and y is not None and not _near(x, y, tol):
-                if what == "logprobs" and raw is not None:
-                    ref = raw(mine[:step + 1])[step]
-                    if all(abs(v - ref[t].item()) <= tol for side in (x, y) for t, v in side.items()):
-                        continue
                 bad.append(f"{name}: {what} at step {step}: {x} against {y} alone")
                 break
     return bad
+
+
+def inner_hits(requests: list[Request], served: Served) -> list[tuple[str, int]]:
+    """The hits that restored a checkpoint written at a block boundary inside a prefill chunk (gdn-prefix-
+    cache 0010-0012): (request, cached tokens), where the cached tokens end an odd block (the chunks of
+    two blocks start on even ones) and every request that computed the token before that boundary, on
+    the same tokens, did so strictly inside one of its chunks, so whichever of them vLLM cached the
+    block from wrote an inner checkpoint."""
+    tokens = {r.name: r.prompt + served.outputs[r.name]["tokens"] for r in requests}
+    out = []
+    for r in requests:
+        h = served.outputs[r.name]["cached"]
+        if not h or h % B or (h // B) % 2 == 0:
+            continue
+        crossing = [(s, e) for w in requests if tokens[w.name][:h] == r.prompt[:h]
+                    for s, e in served.chunks.get(tuple(w.prompt), ()) if s < h <= e]
+        if crossing and all(s < h < e for s, e in crossing):
+            out.append((r.name, h))
+    return out
