@@ -173,7 +173,7 @@ class Lab:
 
             if not hasattr(MambaManager, "checkpoint_every_block"):
                 return False  # the stock release
-            # The previous round's pack (main before issue 30): its runner set this in
+            # The previous round's pack (0010-0012 without 0013): its runner set this in
             # initialize_kv_cache whenever it made scratch slots, as it does for the recipe.
             MambaManager.checkpoint_every_block = bool(self.config.cache_config.enable_prefix_caching)
             return MambaManager.checkpoint_every_block

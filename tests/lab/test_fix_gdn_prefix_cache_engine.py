@@ -182,7 +182,7 @@ def test_speculative_decoding_with_prefix_caching_is_refused_before_any_request(
                 f"{out.outputs[0].token_ids}")
 
 
-# Near the pool's size (issue 30). A prefill step holds a real block at every block boundary of the
+# Near the pool's size. A prefill step holds a real block at every block boundary of the
 # chunks in flight and the block its chunk starts from: with chunks of 2 blocks and async scheduling's
 # two steps in flight, 5 blocks per GDN group, which admission reserves (0012/0013). A prompt of A
 # blocks is admitted when A + 3 x 5 blocks are free; the pool is 48 blocks (47 usable: one is vLLM's
@@ -274,20 +274,21 @@ def test_a_prompt_of_most_of_the_pool_is_served_cold_and_from_the_cache(near_poo
     assert again["long"].num_cached_tokens >= 24 * B, "the long prompt missed its own blocks"
 
 
+def _served_with_hits(engine, caching_off, scenario, hitters, at_least):
+    """A scenario served as caching off serves each prompt alone, and `hitters` hit `at_least` tokens."""
+    requests = _near_pool_scenarios()[scenario]
+    done = _serve(engine, requests)
+    _as_caching_off(caching_off, scenario, requests, done)
+    hits = [done[r].num_cached_tokens for r in hitters]
+    assert min(hits) >= at_least, f"{scenario}: {hitters} missed the blocks they share: {hits} cached tokens"
+
+
 def test_a_prompt_of_most_of_the_pool_ahead_of_short_ones_serves_them_all(near_pool_engine, caching_off):
-    requests = _near_pool_scenarios()["ahead"]
-    done = _serve(near_pool_engine, requests)
-    _as_caching_off(caching_off, "ahead", requests, done)
-    hits = [done[r].num_cached_tokens for r in ("short-4", "short-4b")]
-    assert min(hits) >= 2 * B, f"the short ones missed each other's blocks: {hits} cached tokens"
+    _served_with_hits(near_pool_engine, caching_off, "ahead", ("short-4", "short-4b"), 2 * B)
 
 
 def test_prompts_of_a_third_of_the_pool_arriving_together_are_all_served(near_pool_engine, caching_off):
-    requests = _near_pool_scenarios()["thirds"]
-    done = _serve(near_pool_engine, requests)
-    _as_caching_off(caching_off, "thirds", requests, done)
-    hits = [done[r].num_cached_tokens for r in ("third-13", "third-12")]
-    assert min(hits) >= 8 * B, f"the last two missed the third's blocks: {hits} cached tokens"
+    _served_with_hits(near_pool_engine, caching_off, "thirds", ("third-13", "third-12"), 8 * B)
 
 
 def test_a_pool_that_cannot_hold_max_model_len_at_a_steps_peak_is_refused_at_start_up(qwen35_dir):
