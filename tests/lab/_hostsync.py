@@ -465,7 +465,9 @@ def measure(prefix_caching: bool = True, async_scheduling: bool = True, compiled
     if workload == "serving":  # the pack's serving conditions (tests/lab/_serving.py): the pristine tree dies
         import _serving
 
-        kwargs = _serving.CONDITIONS | dict(prefix_caching=prefix_caching, async_scheduling=async_scheduling)
+        # the serving conditions in the recipe's bf16 (the serving test runs float32 for exactness)
+        kwargs = _serving.CONDITIONS | dict(dtype=_engine.DTYPE, prefix_caching=prefix_caching,
+                                            async_scheduling=async_scheduling)
     with _engine.engine(_engine.tiny_qwen35(), counter=None if compiled else counter, compiled=compiled,
                         **kwargs) as engine:
         with counter.steps():

@@ -5,9 +5,10 @@ away; the stock sampler draws that row from the request's seeded generator, so e
 the last moves the request's random stream one draw ahead. vLLM's GPU runner rewinds the generator of
 such a row.
 
-The release's engine on the CPU (tests/lab/_engine.py), the tiny Qwen3.5 hybrid, prefix caching off:
-the same seeded requests on an engine that prefills in chunks of two blocks with async scheduling,
-and on one that prefills each prompt in one step without it."""
+The release's engine on the CPU (tests/lab/_engine.py), prefix caching off: the same seeded requests on
+an engine that prefills in chunks of two blocks with async scheduling, and on one that prefills each
+prompt in one step without it. The serving test's model and dtype (tests/lab/_serving.py: float32, so
+two runs of a request differ by about 5e-6 and tokens compare exactly)."""
 
 import _engine
 import _serving
@@ -27,19 +28,24 @@ def _seeded(engine, prompts, seed):
 
 
 @pytest.fixture(scope="module")
+def model_dir():
+    return _serving.model_dir()
+
+
+@pytest.fixture(scope="module")
 def prompts():
     # 1, 2 and 3 chunks of 512 tokens: no, one and two thrown-away draws on the chunking engine.
     return [_engine.prompt(40 + n, n * 2 * B - 100) for n in (1, 2, 3)]
 
 
 @pytest.fixture(scope="module")
-def in_one_step(qwen35_dir, prompts):
-    with _engine.engine(qwen35_dir, **_serving.ALONE) as engine:
+def in_one_step(model_dir, prompts):
+    with _engine.engine(model_dir, **_serving.ALONE) as engine:
         return _seeded(engine, prompts, seed=5)
 
 
-def test_a_seeded_prompt_prefilled_in_chunks_samples_what_it_samples_in_one_step(qwen35_dir, prompts, in_one_step):
-    with _engine.engine(qwen35_dir, prefix_caching=False, async_scheduling=True) as engine:
+def test_a_seeded_prompt_prefilled_in_chunks_samples_what_it_samples_in_one_step(model_dir, prompts, in_one_step):
+    with _engine.engine(model_dir, prefix_caching=False, async_scheduling=True, dtype=_serving.DTYPE) as engine:
         chunked = _seeded(engine, prompts, seed=5)
     assert chunked[0] == in_one_step[0], "a one-chunk prompt must not differ: the comparison itself is off"
     bad = [f"{n + 1} chunks: {c} against {o} in one step" for n, (c, o) in enumerate(zip(chunked, in_one_step,
@@ -47,11 +53,10 @@ def test_a_seeded_prompt_prefilled_in_chunks_samples_what_it_samples_in_one_step
     assert not bad, "; ".join(bad)
 
 
-def test_without_async_scheduling_a_structured_output_step_keeps_no_partial_prefill_token(qwen35_dir, prompts):
+def test_without_async_scheduling_a_structured_output_step_keeps_no_partial_prefill_token(model_dir, prompts):
     """A JSON-schema request beside chunked greedy prompts, async scheduling off: the stock runner keeps
     each unfinished chunk's token as output and writes it into its copy of the request's tokens. Compared
-    as the serving test compares (_serving.differences): bf16 logits are not batch-invariant, so a greedy
-    token may flip at a near-tie (an exact one on some CPUs), and the comparison ends there."""
+    as the serving test compares (_serving.differences: tokens exactly)."""
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
@@ -59,7 +64,8 @@ def test_without_async_scheduling_a_structured_output_step_keeps_no_partial_pref
     schema = StructuredOutputsParams(json=_serving.JSON_SCHEMA)
     params = [SamplingParams(temperature=0.0, max_tokens=12, structured_outputs=schema)] + [greedy] * len(prompts)
     batch = [_engine.prompt(60, 30)] + prompts
-    with _engine.engine(qwen35_dir, prefix_caching=False, async_scheduling=False) as engine, engine._cpu():
+    with _engine.engine(model_dir, prefix_caching=False, async_scheduling=False, dtype=_serving.DTYPE) as engine, \
+            engine._cpu():
         together = engine.llm.generate([{"prompt_token_ids": p} for p in batch], params, use_tqdm=False)
         alone = [engine.llm.generate([{"prompt_token_ids": p}], greedy, use_tqdm=False)[0] for p in prompts]
     bad = [d for n, (t, a) in enumerate(zip(together[1:], alone, strict=True))
