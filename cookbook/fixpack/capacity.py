@@ -16,11 +16,12 @@ import yaml
 from ..host.errors import CookbookError
 from ..host.paths import ROOT
 from ..host.progress import say
+from ..prove.docs import CAPACITY
 from ..recipe import recipes
 from . import fix_lab
 
 CAPACITY_LAB = fix_lab.LAB_TESTS / "_capacity.py"
-FILENAME = "capacity.json"  # beside recipe.yaml; cookbook.prove.docs reads it
+FILENAME = CAPACITY  # beside recipe.yaml; the recipe page's Capacity table reads it
 
 
 class CapacityError(CookbookError):

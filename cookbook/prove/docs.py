@@ -182,7 +182,7 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
         bench_note=run_note(bench, loaded.hash, here["bench"], "bench"), capacity=capacity(loaded))
 
 
-CAPACITY = "capacity.json"  # beside recipe.yaml; written by tests/lab/_capacity.py --page
+CAPACITY = "capacity.json"  # beside recipe.yaml; written by invoke fixes.capacity (the capacity lab)
 
 
 def capacity(loaded: LoadedRecipe) -> dict | None:
@@ -199,7 +199,7 @@ def capacity(loaded: LoadedRecipe) -> dict | None:
                 "reported": (data["stock"]["reported_tokens"], data["pack"]["reported_tokens"])}
     except (ValueError, KeyError, TypeError) as e:
         raise RecipeError(f"{path}: not the capacity lab's figures ({e})",
-                                 hint="write it again with tests/lab/_capacity.py --page") from None
+                          hint=f"run: invoke fixes.capacity --recipe {loaded.id}") from None
 
 
 def capacity_rows(data: dict) -> list[dict]:
@@ -207,11 +207,11 @@ def capacity_rows(data: dict) -> list[dict]:
     rows = []
     for ctx, pack in data["pack"]["at_once"].items():
         stock = data["stock"]["at_once"][ctx]
-        rows.append({"context": f"{int(ctx):,}", "stock": pack_cell(stock), "pack": pack_cell(pack)})
+        rows.append({"context": f"{int(ctx):,}", "stock": at_once_cell(stock), "pack": at_once_cell(pack)})
     return rows
 
 
-def pack_cell(row: dict) -> str:
+def at_once_cell(row: dict) -> str:
     return f"{row['peak_running']}" + (f" ({row['preemptions']} preempted)" if row["preemptions"] else "")
 
 

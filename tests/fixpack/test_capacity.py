@@ -25,7 +25,7 @@ def test_drift_names_each_key_that_differs(committed, fresh, want):
 
 def test_the_committed_figures_are_the_pages():
     data = json.loads(PAGE.read_text())
-    assert set(data) >= {"stock", "pack", "output_tokens"} and "Do not edit" in data["note"]
+    assert set(data) >= {"stock", "pack", "output_tokens"} and "do not edit" in data["note"]
 
 
 def test_dry_run_prints_the_lab_command_and_writes_nothing():

@@ -81,7 +81,7 @@ def test_the_pages_capacity_figures_are_the_labs(stock, pack):
     page = json.loads(PAGE.read_text())
     for name, f in (("stock", stock), ("pack", pack)):
         want = {ctx: {k: row[k] for k in _capacity.PAGE_FIELDS} for ctx, row in f["at_once"].items()}
-        assert page[name]["at_once"] == want, f"{PAGE} is stale: run tests/lab/_capacity.py --page"
+        assert page[name]["at_once"] == want, f"{PAGE} is stale: run invoke fixes.capacity"
         assert page[name]["longest_admitted"] == f["longest_admitted"]
         assert page[name]["reported_tokens"] == f["setup"]["reported_tokens"]
 
