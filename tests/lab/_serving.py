@@ -37,6 +37,7 @@ logprobs within `TOL`.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 
 import _engine
@@ -189,6 +190,17 @@ def summary(output) -> dict:
                  if output.prompt_logprobs else None)
     return {"tokens": list(comp.token_ids), "text": comp.text, "finish": comp.finish_reason,
             "logprobs": logprobs, "prompt_logprobs": prompt_lp, "cached": output.num_cached_tokens or 0}
+
+
+def non_finite(outputs: dict) -> list[str]:
+    """Requests with a logprob or prompt logprob that is NaN or infinite, and where."""
+    bad = []
+    for name, out in outputs.items():
+        for what in ("logprobs", "prompt_logprobs"):
+            steps = [i for i, d in enumerate(out[what] or ()) if d and not all(map(math.isfinite, d.values()))]
+            if steps:
+                bad.append(f"{name}: {what} not finite at steps {steps[:8]}")
+    return bad
 
 
 class Preemptions:
