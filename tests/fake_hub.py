@@ -13,7 +13,8 @@ as the Hub answers for a gated or private repo). A hostile or broken mirror: `in
 the model-info answer's, e.g. a `sha` or `siblings` of its own), `etag` (the ETag and X-Linked-Etag a file is
 served under), `trickle` (a file sent one byte every that many seconds, without end), `flood` (that many bytes
 sent for the file, however small its listing; how many left the server is kept in `sent`), `redirect_to`
-(file downloads sent on to another server, as the Hub sends them to its CDN). A commit id may be
+(file downloads sent on to another server, as the Hub sends them to its CDN), `trickle_headers` (no answer
+ever gets past its headers). A commit id may be
 anything, `../..` included: the paths are split before they are unquoted, as a server routes them. Every
 request is kept in `requests`.
 """
@@ -67,6 +68,7 @@ class FakeHub:
         self.trickle: dict[str, float] = {}
         self.flood: dict[str, int] = {}
         self.sent: dict[str, int] = {}
+        self.trickle_headers = False  # every answer's headers sent one byte every half second, without end
         self.redirect_to: str | None = None  # file downloads answered 302 to this other server, as the Hub's CDN
         self.requests: list[Request] = []
         self._lock = threading.Lock()
@@ -108,6 +110,8 @@ class FakeHub:
         auth = h.headers.get("Authorization")
         with self._lock:
             self.requests.append(Request(h.command, path, h.headers.get("Range"), auth))
+        if self.trickle_headers:
+            return self._trickle_headers(h)
         if self.token and auth != f"Bearer {self.token}":
             return self._send(h, 401, b'{"error":"Access to this model is restricted."}',
                               {"X-Error-Code": "GatedRepo", "Content-Type": "application/json"}, head)
@@ -168,6 +172,18 @@ class FakeHub:
             h.close_connection = True
             return
         self._send(h, 206 if start else 200, body, headers, head)
+
+    @staticmethod
+    def _trickle_headers(h) -> None:
+        h.close_connection = True
+        end = time.monotonic() + 300
+        try:
+            h.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            while time.monotonic() < end:
+                h.wfile.write(b"X")
+                time.sleep(0.5)
+        except OSError:  # the client hung up
+            pass
 
     def _misbehave(self, h, name: str, headers: dict) -> None:
         """No Content-Length, the connection closes when done: the body is as long as the server likes."""

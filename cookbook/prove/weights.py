@@ -23,6 +23,7 @@ printed or recorded. A recipe whose model is mounted by the run (model.weights: 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote, urlsplit
@@ -315,6 +317,32 @@ class _Clock:
         return left
 
 
+@contextlib.contextmanager
+def _hard_deadline(clock: _Clock) -> Iterator[None]:
+    """The deadline even where no chunk arrives to check it (a server that trickles its headers, a connect
+    that hangs): SIGALRM a second after it raises the step's error from wherever the client waits. Only in
+    the main thread and when nothing else holds SIGALRM; the checks between chunks stand otherwise."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+        yield
+        return
+
+    def expired(signum, frame):
+        clock.left("the listing or a download")
+        raise WeightsError(f"weights: the step's deadline of {clock.seconds:.0f}s passed")  # clock ran late
+
+    before = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, max(clock.end - time.monotonic(), 0) + 1)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
 def _timeout(clock: _Clock, what: str):
     import httpx2
 
@@ -438,7 +466,8 @@ def fetch(repo_id: str, hf_cache: str, out: Path, revision: str = REVISION) -> R
     if tok:
         headers["Authorization"] = f"Bearer {tok}"  # httpx drops it on a redirect to another host
     # SIGTERM (a CI cancel) as Ctrl-C: the partial file of the download under way is removed
-    with sigterm_as_ctrl_c(), httpx2.Client(headers=headers, follow_redirects=True, max_redirects=5) as client:
+    with sigterm_as_ctrl_c(), _hard_deadline(clock), \
+            httpx2.Client(headers=headers, follow_redirects=True, max_redirects=5) as client:
         info = _info(client, f"{base}/api/models/{repo_id}/revision/{quote(revision, safe='')}?blobs=True",
                      repo_id, via, clock)
         commit, files = listing(info, repo_id)

@@ -402,3 +402,11 @@ def test_the_token_is_not_sent_on_to_another_host(hub, tmp_path, monkeypatch):
     assert {r.path.rsplit("/", 1)[1] for r in cdn.requests if r.method == "GET"} == set(model_files())
     assert all(r.authorization is None for r in cdn.requests)
     assert any(r.authorization == f"Bearer {SECRET}" for r in hub.requests)
+
+
+def test_a_mirror_that_never_finishes_its_headers_meets_the_deadline(hub, tmp_path):
+    """No chunk ever arrives to check the clock against; the deadline holds anyway."""
+    hub.trickle_headers = True
+    started = time.monotonic()
+    said = weights_error(invoke_serve(tmp_path, timeout=90, COOKBOOK_WEIGHTS_TIMEOUT="3"))
+    assert time.monotonic() - started < 60 and "deadline of 3s" in said
