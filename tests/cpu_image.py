@@ -47,3 +47,26 @@ def write_recipe(folder: Path, base_image: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(recipe(base_image), sort_keys=False))
     return path
+
+
+def build(root: Path, repo: str) -> tuple[Path, list[str], Path]:
+    """The recipe built by the real pipeline on the CPU base, in `root`: (recipe path, its tags, fix pack).
+    Skips (or fails under CI) when there is no CPU base to build on."""
+    import pytest
+
+    from cookbook.host.errors import BuildError
+    from cookbook.image import cpubase, steps
+
+    from .conftest import unavailable
+
+    try:
+        base = cpubase.ensure()
+    except BuildError as exc:  # no CPU vLLM environment (no registry), no mmdebstrap or Debian mirror
+        unavailable(f"no vLLM CPU base image: {exc}")
+    pack = write_pack(root / "pack")
+    path = write_recipe(root / "recipes", base.image)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", str(pack))
+        built = steps.build_recipe(str(path), repo=repo)
+    return path, built.tags, pack
+

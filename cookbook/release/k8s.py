@@ -48,6 +48,10 @@ DIGEST_REF = re.compile(r"^[a-z0-9][^@\s]*@sha256:[0-9a-f]{64}$")
 # The writable places under a read-only root (docs/serving.md): /tmp (--tmpfs /tmp) and the Hub cache (a volume);
 # /dev/shm is the memory-backed volume that stands for --ipc=host.
 TMP = "/tmp"
+# vLLM writes its own cache (model infos, compile caches) under ~/.cache/vllm and its config (usage stats)
+# under ~/.config/vllm, both read-only under a read-only root: they point into the /tmp volume. Measured
+# with the CPU image under the pod's confinement (tests/release/test_k8s.py): nothing else is refused.
+WRITABLE_ENV = {"VLLM_CACHE_ROOT": f"{TMP}/vllm-cache", "VLLM_CONFIG_ROOT": f"{TMP}/vllm-config"}
 # Capabilities: all dropped but the one `docker run --cap-add=sys_nice` adds (vLLM sets its threads'
 # priorities); the Habana runtime and device plugin hand the cards over as devices and need none.
 CAPABILITIES = ["SYS_NICE"]
@@ -206,6 +210,8 @@ def parse_env(pairs: list[str] | None) -> tuple[tuple[str, str], ...]:
 def container(loaded: LoadedRecipe, facts: ImageFacts, opts: Options, name: str) -> dict:
     env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": opts.hf_secret, "key": "token",
                                                                 "optional": True}}}]
+    given = dict(opts.env)
+    env += [{"name": k, "value": v} for k, v in WRITABLE_ENV.items() if k not in given]
     env += [{"name": k, "value": v} for k, v in opts.env]
     cards = loaded.recipe.hardware.cards
     return {
@@ -232,6 +238,39 @@ def volumes(opts: Options) -> list[dict]:
     # /dev/shm counts against the pod's memory; no sizeLimit because the recipe states none.
     return [{"name": "model-cache", "persistentVolumeClaim": {"claimName": opts.cache_claim}},
             {"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "tmp", "emptyDir": {}}]
+
+
+def docker_run_options(pod_spec: dict) -> list[str]:
+    """The `docker run` options that confine one host's container as the pod spec confines its first
+    container: its security context, its volumes (an emptyDir as a tmpfs that, like an emptyDir, allows
+    exec; a claim as the named Docker volume of the same name) and its plain env values (a Secret's are
+    the cluster's). Ports, probes and resources are the caller's. Anything else in the security context
+    has no equivalent here and is refused, so that the two never silently part."""
+    spec = pod_spec["containers"][0]
+    volumes_by_name = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    argv = []
+    for key, value in spec.get("securityContext", {}).items():
+        if key == "allowPrivilegeEscalation" and value is False:
+            argv.append("--security-opt=no-new-privileges")
+        elif key == "readOnlyRootFilesystem" and value is True:
+            argv.append("--read-only")
+        elif key == "capabilities":
+            argv += [f"--cap-drop={c}" for c in value.get("drop", [])]
+            argv += [f"--cap-add={c}" for c in value.get("add", [])]
+        elif key == "seccompProfile" and value == {"type": "RuntimeDefault"}:
+            pass  # Docker applies its default profile unless told otherwise
+        else:
+            raise ManifestError(f"securityContext.{key}: {value!r} has no docker run equivalent here")
+    for mount in spec.get("volumeMounts", []):
+        volume, path = volumes_by_name[mount["name"]], mount["mountPath"]
+        if "emptyDir" in volume:
+            argv.append(f"--tmpfs={path}:rw,exec,mode=1777")
+        elif "persistentVolumeClaim" in volume:
+            argv.append(f"--volume={volume['persistentVolumeClaim']['claimName']}:{path}")
+        else:
+            raise ManifestError(f"volume {mount['name']}: only emptyDir and persistentVolumeClaim have an equivalent")
+    argv += [f"--env={e['name']}={e['value']}" for e in spec.get("env", []) if "value" in e]
+    return argv
 
 
 def metadata(loaded: LoadedRecipe, facts: ImageFacts, name: str) -> dict:

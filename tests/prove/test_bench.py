@@ -170,24 +170,12 @@ def tiny_model(vllm_cpu):
 
 @pytest.fixture(scope="module")
 def cpu_recipe_image(docker_engine, made_images, tmp_path_factory):
-    from cookbook.host.errors import BuildError
-    from cookbook.image import cpubase, steps
-
     from .. import cpu_image
-    from ..conftest import TEST_REPO, unavailable
+    from ..conftest import TEST_REPO
 
-    try:
-        base = cpubase.ensure()
-    except BuildError as exc:  # no CPU vLLM environment (no registry), no mmdebstrap or Debian mirror
-        unavailable(f"no vLLM CPU base image: {exc}")
-    root = tmp_path_factory.mktemp("cpu-image")
-    pack = cpu_image.write_pack(root / "pack")
-    path = cpu_image.write_recipe(root / "recipes", base.image)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COOKBOOK_FIXES_DIR", str(pack))
-        built = steps.build_recipe(str(path), repo=TEST_REPO)
-    made_images.extend(built.tags)
-    return path, built.tags[0], pack
+    path, tags, pack = cpu_image.build(tmp_path_factory.mktemp("cpu-image"), TEST_REPO)
+    made_images.extend(tags)
+    return path, tags[0], pack
 
 
 def invoke_image(cpu_recipe_image, model_dir, name, *args, timeout=900, popen=False, task="bench"):

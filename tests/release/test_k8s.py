@@ -4,6 +4,7 @@ of its manifest), and validated against the Kubernetes and KServe schemas. No cl
 
 import copy
 import json
+import os
 import subprocess
 import sys
 
@@ -331,3 +332,87 @@ def test_replicas_that_are_not_a_number_are_one_line(text):
     out = invoke("k8s", "--replicas", text, "--dry-run")
     assert out.returncode == 2 and "--replicas takes a whole number" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_docker_run_options_follow_the_pod_spec():
+    pod = sample(False)["deployment.yaml"]["spec"]["template"]["spec"]
+    argv = k8s.docker_run_options(pod)
+    assert {"--read-only", "--security-opt=no-new-privileges", "--cap-drop=ALL", "--cap-add=SYS_NICE"} <= set(argv)
+    assert {"--tmpfs=/tmp:rw,exec,mode=1777", "--tmpfs=/dev/shm:rw,exec,mode=1777",
+            f"--volume=hf-model-cache:{k8s.HF_CACHE}"} <= set(argv)
+    assert "--env=VLLM_CACHE_ROOT=/tmp/vllm-cache" in argv and not any("HF_TOKEN" in a for a in argv)
+    pod["containers"][0]["securityContext"]["runAsUser"] = 1000  # no silent parting of the two
+    with pytest.raises(ManifestError, match="runAsUser"):
+        k8s.docker_run_options(pod)
+
+
+def test_an_env_override_of_a_cache_root_replaces_the_default():
+    loaded = recipes.load(RID)
+    facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {}, 1800, 30, 10, 3)
+    opts = k8s.Options("r.example/x@sha256:" + "a" * 64, env=(("VLLM_CACHE_ROOT", "/tmp/mine"),))
+    env = first_container(k8s.render(loaded, facts, opts))["env"]
+    assert [e["value"] for e in env if e["name"] == "VLLM_CACHE_ROOT"] == ["/tmp/mine"]
+
+
+# The CPU image (tests/cpu_image.py) serving the trained tiny model under the confinement the Deployment
+# writes: read-only root, every capability dropped but SYS_NICE, no privilege escalation, and only the
+# pod's volumes writable. It must start, pass the smoke checks the CPU image can, and have nothing it
+# writes refused. The vLLM CPU build has no C++ compiler for the sampler's compiled logprob ranks: no check
+# that asks for logprobs, and `--enforce-eager` (the one difference from the pod's command).
+CPU_CHECKS = ("known-answers", "tool-call-streamed", "json-schema", "needle-cold", "health-after")
+REFUSED_WRITE = ("Read-only file system", "Permission denied", "Operation not permitted")
+
+
+def test_the_confined_pod_serves_the_cpu_image(docker_engine, made_images, vllm_cpu, tmp_path):
+    import time
+    import urllib.request
+    import uuid
+
+    from .. import cpu_image
+    from ..conftest import TEST_REPO
+    from ..cpu_server import tiny_model_dir
+    from ..prove.test_serve import free_port
+
+    path, tags, pack = cpu_image.build(tmp_path / "image", TEST_REPO)
+    made_images.extend(tags)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", str(pack))
+        loaded, facts = recipes.load(str(path)), k8s.read_image(tags[0])
+        objects = k8s.render(loaded, facts, k8s.Options(image=f"localhost/x@{facts.image_id}"))
+    pod = objects["deployment.yaml"]["spec"]["template"]["spec"]
+    name, port, claim = f"cookbook-test-pod-{uuid.uuid4().hex[:8]}", free_port(), pod["volumes"][0]
+    volume = f"cookbook-test-hf-{uuid.uuid4().hex[:8]}"  # the claim, as a Docker volume of this test's own
+    claim["persistentVolumeClaim"]["claimName"] = volume
+    argv = ["run", "--detach", "--name", name, "--publish", f"127.0.0.1:{port}:{facts.port}",
+            *k8s.docker_run_options(pod), f"--env=COOKBOOK_MODEL_PATH={cpu_image.MODEL_IN_IMAGE}",
+            f"--volume={tiny_model_dir()}:{cpu_image.MODEL_IN_IMAGE}:ro", tags[0], "--enforce-eager"]
+    try:
+        engine.docker(*argv)
+        deadline = time.monotonic() + 900
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            state = engine.docker("inspect", "--format", "{{.State.Running}}", name).stdout.strip()
+            alive = state == "true" and time.monotonic() < deadline
+            assert alive, engine.docker("logs", name, check=False).stderr[-3000:]
+            time.sleep(3)
+        only = [a for c in CPU_CHECKS for a in ("--only", c)]
+        smoke = subprocess.run([sys.executable, "-m", "invoke", "smoke", "--recipe", str(path), "--url",
+                                f"http://127.0.0.1:{port}", *only, "--out", str(tmp_path / "smoke")],
+                               cwd=ROOT, capture_output=True, text=True, timeout=900,
+                               env={**os.environ, "COOKBOOK_FIXES_DIR": str(pack)})
+        logs = engine.docker("logs", name, check=False)
+        log = logs.stdout + logs.stderr
+        assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-2000:]
+        refused = [line for line in log.splitlines() if any(r in line for r in REFUSED_WRITE)]
+        assert not refused, "\n".join(refused[:20])
+        # vLLM did write its cache, where the pod points it (the emptyDir at /tmp)
+        listed = engine.docker("exec", name, "ls", k8s.WRITABLE_ENV["VLLM_CACHE_ROOT"], check=False)
+        assert listed.returncode == 0 and listed.stdout.strip(), listed.stderr
+    finally:
+        engine.docker("rm", "--force", "--volumes", name, check=False)
+        engine.docker("volume", "rm", volume, check=False)
