@@ -51,10 +51,12 @@ def recipes(c):
 def validate(c, recipe=None):
     """Validate recipes: schema, `extends`, and every rule."""
     from cookbook.image import steps
+    from cookbook.prove import smoke
     from cookbook.recipe import recipes as r
 
     loaded = [r.load(recipe)] if recipe else r.load_all()
     for item in loaded:
+        smoke.check_names(item)
         print(f"ok  {item.id}  ({item.rel_path}, sha256 {item.hash[:12]})")
         for line in steps.unwritten_note(item):
             print(line)
