@@ -10,7 +10,7 @@ import sys
 
 from invoke import Collection, Exit, task
 
-from cookbook.host.errors import USER_MISTAKE, CookbookError, printable
+from cookbook.host.errors import CookbookError, os_error_code, printable
 
 DEFAULT_RECIPE = "qwen3.5-27b-fp8"
 
@@ -26,10 +26,10 @@ def edge(fn):
         except CookbookError as exc:  # printable: it may quote a server's or a file's words
             print("\n".join(printable(line) for line in f"error: {exc}".splitlines()), file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
-        except OSError as exc:  # a path the task was given or must write that it cannot use
+        except OSError as exc:  # a path it cannot use (2), or a network that failed (3)
             where = f": {exc.filename}" if exc.filename else ""
-            print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
-            raise Exit(code=USER_MISTAKE) from None
+            print(printable(f"error: {exc.strerror or exc}{where}"), file=sys.stderr)
+            raise Exit(code=os_error_code(exc)) from None
 
     return wrapper
 
@@ -51,10 +51,12 @@ def recipes(c):
 def validate(c, recipe=None):
     """Validate recipes: schema, `extends`, and every rule."""
     from cookbook.image import steps
+    from cookbook.prove import smoke
     from cookbook.recipe import recipes as r
 
     loaded = [r.load(recipe)] if recipe else r.load_all()
     for item in loaded:
+        smoke.check_names(item)
         print(f"ok  {item.id}  ({item.rel_path}, sha256 {item.hash[:12]})")
         for line in steps.unwritten_note(item):
             print(line)

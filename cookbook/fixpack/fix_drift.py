@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..host import upstream
-from ..host.errors import UpstreamError
+from ..host.errors import UpstreamError, UsageError, printable
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
@@ -290,6 +290,16 @@ def to_json(report: Report) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
+def ref_problem(ref: str) -> str | None:
+    """Why REF is not a vllm-gaudi tag or commit to fetch (None: it may be). A word starting with '-' is a
+    flag that invoke handed to the positional argument (`fixes.drift --help`), never a ref to ask GitHub for."""
+    if not ref or ref.startswith("-"):
+        return "a ref does not start with '-' (a flag was taken for the ref)" if ref else "no ref given"
+    if any(not ch.isprintable() or ch.isspace() for ch in ref):
+        return "a ref holds no spaces or control characters"
+    return None
+
+
 def default_out(ref: str) -> Path:
     return ROOT / "build" / "drift" / re.sub(r"[^A-Za-z0-9._-]", "_", ref)
 
@@ -297,6 +307,10 @@ def default_out(ref: str) -> Path:
 def run(ref: str, profile_name: str = "v0.26.0", source: str | None = None, vllm: str | None = None,
         out: Path | None = None, fixes_dir: Path | None = None, dry_run: bool = False) -> Report | None:
     """Fill the cache for REF if needed, compare, write drift.md and drift.json into out; print the table."""
+    said = ref_problem(ref)
+    if said:
+        raise UsageError(f"fixes.drift {printable(repr(ref))}: {said}",
+                         hint="a ref is a tag or a commit, e.g. v0.27.0; the task's help: invoke --help fixes.drift")
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     out = out or default_out(ref)

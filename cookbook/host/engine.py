@@ -8,15 +8,17 @@ need no BuildKit-only syntax, so either works; BuildKit is preferred for its cac
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import EngineError
+from .errors import EngineError, printable
 from .paths import ROOT
 from .progress import line
 
@@ -117,3 +119,17 @@ def sdk():
     except Exception as exc:
         raise EngineError(f"no Docker daemon answers the SDK: {exc}", hint=START_HINT) from None
     return c
+
+
+@contextlib.contextmanager
+def sdk_errors(what: str) -> Iterator[None]:
+    """A docker SDK call that the engine refuses (an APIError: an image it cannot start, a container gone)
+    or that does not reach it, as one EngineError line (exit 3), never a traceback."""
+    import docker.errors
+    import requests
+
+    try:
+        yield
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        said = getattr(exc, "explanation", None) or str(exc)
+        raise EngineError(f"{what}: the Docker engine said: {printable(str(said).strip()[:300])}") from None

@@ -95,6 +95,25 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in str(text))
 
 
+def os_error_code(exc: OSError) -> int:
+    """The exit code of an OSError that reached a task's edge: the network's (3) when a connection was
+    refused, reset or timed out, a host name did not resolve or TLS failed (urllib, requests and the
+    docker SDK raise these as OSErrors too); otherwise a path the task was given or must write (2)."""
+    import socket
+    import ssl
+    import urllib.error
+
+    network: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, socket.gaierror, socket.herror,
+                                                ssl.SSLError, urllib.error.URLError)
+    try:
+        import requests
+
+        network += (requests.exceptions.RequestException,)
+    except ImportError:  # requests comes with the docker SDK; without it none of its errors can occur
+        pass
+    return ENGINE_OR_NETWORK if isinstance(exc, network) else USER_MISTAKE
+
+
 def where(path, line: int | None = None, key: str | None = None) -> str:
     """Format a location as `file:line (key a.b.c)` for error messages."""
     loc = str(path)

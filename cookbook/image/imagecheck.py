@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..host import engine
-from ..host.errors import CheckFailure
+from ..host.errors import CheckFailure, EngineError
 from ..host.paths import cache_dir
 from ..host.progress import say
 from ..recipe.fixes import fixplan
@@ -97,8 +97,13 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
     labels = {"cookbook.image-check": loaded.id, "cookbook.container": "image-check", "cookbook.recipe": loaded.id,
               RUN_LABEL: run_id}
     # By id, not by name: the name may be re-pointed meanwhile, and the evidence is filed under this id.
-    container = engine.sdk().containers.run(image_id, entrypoint=["sleep"], command=["infinity"], detach=True,
-                                            network_mode="none", labels=labels)
+    try:
+        with engine.sdk_errors(f"the image-check container of {image} did not start"):
+            container = engine.sdk().containers.run(image_id, entrypoint=["sleep"], command=["infinity"],
+                                                    detach=True, network_mode="none", labels=labels)
+    except EngineError:
+        sweep(run_id)  # created but not started: it carries this run's label
+        raise
     try:
         with tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
             expect_file = Path(tmp) / "expect.json"
@@ -115,8 +120,7 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
             proc = subprocess.run([sys.executable, "-m", "pytest", *args], env=env)
             checks = json.loads(report_file.read_text()) if report_file.is_file() else []
     finally:
-        container.remove(force=True)
-        sweep(run_id)
+        sweep(run_id)  # by label: this container and any a check started
     report = {
         "kind": "image-checks",
         "image": image,

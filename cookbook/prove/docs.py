@@ -81,11 +81,11 @@ def figure(expect: dict) -> str:
     """A scenario's figures in the page's words: `47.1 tokens/s`, `29 to 36 s to the answer`."""
     parts = []
     if "tokens_per_s" in expect:
-        parts.append(f"{expect['tokens_per_s']:.1f} tokens/s")
+        parts.append(f"{rate(expect['tokens_per_s'])} tokens/s")
     if "aggregate_tokens_per_s" in expect:
-        parts.append(f"{expect['aggregate_tokens_per_s']:.1f} tokens/s aggregate")
+        parts.append(f"{rate(expect['aggregate_tokens_per_s'])} tokens/s aggregate")
     if "per_stream_tokens_per_s" in expect:
-        parts.append(f"{expect['per_stream_tokens_per_s']:.1f} per stream")
+        parts.append(f"{rate(expect['per_stream_tokens_per_s'])} per stream")
     if "seconds_to_answer" in expect:
         s = expect["seconds_to_answer"]
         lo, hi = (s[0], s[-1]) if isinstance(s, list) else (s, s)
@@ -94,6 +94,12 @@ def figure(expect: dict) -> str:
                                     "seconds_to_answer"})
     parts += [f"{k} {expect[k]}" for k in unknown]
     return ", ".join(parts)
+
+
+def rate(value: float) -> str:
+    """A rate as the page prints it: one decimal, or three significant digits from ten million up (a
+    result file's 1e308 is `1e+308`, not 309 digits). Result files hold finite numbers (results.FIGURES)."""
+    return f"{value:.1f}" if abs(value) < 1e7 else f"{value:.3g}"
 
 
 def run_note(run: results.Measured | None, recipe_hash: str, current_image: str, what: str) -> str:
@@ -238,7 +244,7 @@ def _figures(values: dict, expect: dict | None = None) -> dict:
     return {k: v for k, v in shown.items() if k in (expect or {})} or shown
 
 
-PUBLISHED_KEYS = ("tokens_per_s", "aggregate_tokens_per_s", "per_stream_tokens_per_s", "seconds_to_answer")
+PUBLISHED_KEYS = results.FIGURES
 
 
 def bench_svg(loaded: LoadedRecipe, bench: results.Measured | None) -> str:
@@ -413,20 +419,27 @@ def _entities(text: str, pipes: bool = False) -> str:
 def md_text(text: str, pipes: bool = False) -> str:
     """Recipe or result text for a Markdown page, so that no HTML of its own reaches the site: `<`, `>`
     and `&` become entities (a fix title such as "only </think> ends reasoning" or a `<script>` in a
-    recipe's prose would otherwise be read as HTML). Text inside `code` spans is left as written
-    (Markdown escapes it) only where the spans cannot be read two ways: a line whose backticks are
-    single and paired, none escaped. Any other line is escaped whole, code spans too: an odd, doubled
-    or escaped backtick would let this function and Markdown disagree on where a span ends."""
-    out = []
-    for line in text.split("\n"):
-        if "``" in line or "\\`" in line or line.count("`") % 2:
-            out.append(_entities(line, pipes))
-            continue
-        parts = line.split("`")
-        for i in range(0, len(parts), 2):
-            parts[i] = _entities(parts[i], pipes)
-        out.append("`".join(parts))
-    return _plain_links("\n".join(out))
+    recipe's prose would otherwise be read as HTML). The value is judged whole, never line by line:
+    Markdown pairs backticks across the lines of a paragraph. Text inside `code` spans is left as
+    written (Markdown escapes it) only where the spans cannot be read two ways (code_spans); otherwise
+    the whole value is escaped, its backticks too (`&#96;`), so that no backtick of it can pair with
+    one of the page's or of another value's on the same line."""
+    parts = code_spans(text)
+    if parts is None:
+        return _plain_links(_entities(text, pipes).replace("`", "&#96;"))
+    for i in range(0, len(parts), 2):
+        parts[i] = _entities(parts[i], pipes)
+    return _plain_links("`".join(parts))
+
+
+def code_spans(text: str) -> list[str] | None:
+    """The value split at its backticks (odd items are code spans) where Markdown can read its spans one
+    way only: single backticks, none escaped, paired, each span on one line (so every line, and every
+    paragraph, holds whole spans). None otherwise."""
+    if "``" in text or "\\`" in text or text.count("`") % 2:
+        return None
+    parts = text.split("`")
+    return None if any("\n" in span or "\r" in span for span in parts[1::2]) else parts
 
 
 _INLINE_LINK = re.compile(r"\]\(([^)]*)")

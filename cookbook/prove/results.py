@@ -14,11 +14,12 @@ runtime, "cpu" under Docker's default one; absent for a --url run, whose image n
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..host.errors import RecipeError, where
+from ..host.errors import RecipeError, printable, where
 from ..host.paths import ROOT
 
 RESULTS = ROOT / "results"
@@ -26,6 +27,9 @@ SCHEMAS = {"smoke": "cookbook.smoke/v1", "bench": "cookbook.bench/v1"}
 CONTENT_LABEL = "cookbook.content.hash"  # build.build_labels
 BASE_ID_LABEL, BASE_DIGEST_LABEL = "cookbook.base.id", "org.opencontainers.image.base.digest"  # render.labels
 GAUDI_RUNTIME = "habana"  # serve.GAUDI_RUNTIME; not imported: serve pulls in the engine
+# The bench values a page prints (docs.figure): each a finite number, not negative (seconds_to_answer may
+# be a [low, high] range); anything else is refused with the file and key, never printed or plotted.
+FIGURES = ("tokens_per_s", "aggregate_tokens_per_s", "per_stream_tokens_per_s", "seconds_to_answer")
 
 
 @dataclass(frozen=True)
@@ -95,10 +99,27 @@ def parse(doc: Any, kind: str, source: str = "") -> Measured:
             raise bad("an entry without a name", f"{rows_key}.{i}")
         if kind == "bench" and not isinstance(row.get("values"), dict):
             raise bad("a scenario without values", f"{rows_key}.{i}.values")
+        for key in FIGURES if kind == "bench" else ():
+            said = figure_problem(row["values"].get(key, 0))
+            if said:
+                raise bad(said, f"{rows_key}.{i}.values.{key}")
         entries[row["name"]] = row
     return Measured(kind, doc["recipe"], doc["recipe_hash"], doc[date_key], target.get("image"),
                     target.get("image_id"), target.get("content_hash"), target.get("hardware"),
                     target.get("base_id"), target.get("base_digest"), entries)
+
+
+def figure_problem(value: Any) -> str | None:
+    """Why a bench value cannot stand on a page (None: it can). Pure; FIGURES."""
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        return "an empty list, not a figure"
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return f"{printable(repr(v)[:40])} is not a number"
+        if not math.isfinite(v) or v < 0:
+            return f"{v!r} is not a figure (a finite number, not negative)"
+    return None
 
 
 def path_for(recipe_id: str, kind: str, root: Path = RESULTS) -> Path:
@@ -111,9 +132,11 @@ def load(recipe_id: str, kind: str, root: Path = RESULTS) -> Measured | None:
     if not path.is_file():
         return None
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RecipeError(f"result file is not JSON: {exc.msg}", where=where(path, exc.lineno)) from None
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"result file is not UTF-8 text (byte {exc.start})", where=str(path)) from None
     run = parse(doc, kind, str(path))
     if run.recipe != recipe_id:
         raise RecipeError(f"result file is for {run.recipe} {run.kind}, not {recipe_id} {kind}", where=str(path))

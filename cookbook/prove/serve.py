@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..host import engine, grammar
-from ..host.errors import CheckFailure, UsageError
+from ..host.errors import CheckFailure, UsageError, printable
 from ..host.progress import console, say
 from ..recipe.recipes import LoadedRecipe
 
@@ -107,7 +107,12 @@ def check_spec(spec: RunSpec) -> None:
     for option in spec.options:
         said = option_problem(option)
         if said:
-            raise UsageError(f"--option {option!r}: {said}", hint=f"allowed: {OPTION_HELP}")
+            raise UsageError(f"--option {option_shown(option)}: {said}", hint=f"allowed: {OPTION_HELP}")
+    if spec.hf_cache and os.path.isabs(os.path.expanduser(spec.hf_cache)):
+        said = host_folder_problem(os.path.expanduser(spec.hf_cache))
+        if said:  # mounted read-write, so refused wherever a read-only --volume is
+            raise UsageError(f"--hf-cache {printable(spec.hf_cache)}: {said}",
+                             hint="a folder of its own, such as ~/.cache/huggingface ('' for none)")
 
 
 def image_problem(ref: str) -> str | None:
@@ -138,6 +143,21 @@ def option_problem(option: str) -> str | None:
     return "this docker run option is not one --option takes"
 
 
+def option_shown(option: str) -> str:
+    """An --option as a refusal quotes it: whole for the options --option takes (their values are sizes,
+    limits, network names and folders), else its flag alone, or nothing: `--option=--env=HF_TOKEN=hf_...`
+    must not print the token it carries."""
+    flag, eq, _ = option.partition("=")
+    if flag in ALLOWED_FLAGS:
+        return printable(repr(option))
+    if re.fullmatch(r"--?[A-Za-z][A-Za-z0-9-]*", flag):
+        return repr(flag + ("=..." if eq else ""))
+    return "(the value given is not shown)"
+
+
+ALLOWED_FLAGS = ("--shm-size", "--ulimit", "--network", "--net", "--volume", "-v")
+
+
 def volume_problem(value: str) -> str | None:
     parts = value.split(":")
     if len(parts) != 3 or parts[2] != "ro":
@@ -145,10 +165,21 @@ def volume_problem(value: str) -> str | None:
     host, inside = os.path.normpath(os.path.expanduser(parts[0])), parts[1]
     if not os.path.isabs(host):
         return "the host folder is an absolute path"
-    if host == "/" or any(host == d or host.startswith(d + "/") for d in HOST_REFUSED) or host.endswith(".sock"):
-        return f"{host} is the host's own, not a model folder"
+    said = host_folder_problem(host)
+    if said:
+        return said
     if os.path.normpath(inside) != inside or not inside.startswith(MODELS_DIR + "/"):
         return f"the folder in the container is under {MODELS_DIR}/"
+    return None
+
+
+def host_folder_problem(host: str) -> str | None:
+    """Why an absolute host folder may not be mounted into a server's container, even read-only (None:
+    it may): the root, the host's own state, the engine's socket. Symlinks are resolved first: Docker
+    mounts what they point to."""
+    for path in dict.fromkeys([os.path.normpath(host), os.path.realpath(host)]):
+        if path == "/" or any(path == d or path.startswith(d + "/") for d in HOST_REFUSED) or path.endswith(".sock"):
+            return f"{path} is the host's own, not a folder for models"
     return None
 
 
@@ -371,8 +402,9 @@ def parse_env(items: list[str] | None) -> dict[str, str | None]:
     for item in items or []:
         name, eq, value = item.partition("=")
         said = grammar.problem("env_name", name)
-        if said:
-            raise UsageError(f"--env {name!r}: {said}", hint="NAME=VALUE, or NAME alone to pass yours through")
+        if said:  # not echoed: what was typed may hold a pasted secret ("HF_TOKEN hf_...")
+            raise UsageError(f"--env: {said} (what was given is not shown)",
+                             hint="NAME=VALUE, or NAME alone to pass yours through")
         env[name] = value if eq else None
     return env
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from ..host import engine, outdir
-from ..host.errors import ManifestError, UsageError, printable
+from ..host.errors import ManifestError, UsageError, printable, where
 from ..host.paths import ROOT
 from ..host.progress import say
 from ..recipe import fixes
@@ -114,17 +114,75 @@ def read_image(ref: str) -> ImageFacts:
     except docker.errors.ImageNotFound:
         raise ManifestError(f"no image {ref} on this Docker engine",
                             hint="pull it first, or name a local tag of the same image with --local") from None
-    container = client.containers.create(image.id, entrypoint=["true"])
-    try:
-        chunks, _ = container.get_archive(MANIFEST_IN_IMAGE)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
-            manifest = json.load(tar.extractfile(tar.getmembers()[0]))
-    except docker.errors.NotFound:
-        raise ManifestError(f"{ref} has no {MANIFEST_IN_IMAGE}: it was not built by `invoke build`") from None
-    finally:
-        container.remove(force=True)
-    facts = facts_of(image.attrs["Config"], manifest)
+    with engine.sdk_errors(f"reading {MANIFEST_IN_IMAGE} of {ref}"):
+        container = client.containers.create(image.id, entrypoint=["true"])
+        try:
+            chunks, stat = container.get_archive(MANIFEST_IN_IMAGE)
+            said = archive_problem(stat)  # before a folder's whole tree is streamed
+            if said:
+                raise manifest_error(ref, said)
+            data = b"".join(chunks)
+        except docker.errors.NotFound:
+            raise ManifestError(f"{ref} has no {MANIFEST_IN_IMAGE}: it was not built by `invoke build`") from None
+        finally:
+            container.remove(force=True)
+    facts = facts_of(image.attrs["Config"], manifest_of(ref, data))
     return dataclasses.replace(facts, image_id=image.id, repo_digests=tuple(image.attrs.get("RepoDigests") or ()))
+
+
+MANIFEST_MAX_BYTES = 1 << 20  # a recipe image's manifest is a few KiB
+_GO_DIR, _GO_SYMLINK = 1 << 31, 1 << 27  # os.FileMode bits in the engine's stat of an archived path
+
+
+def manifest_error(ref: str, said: str, key: str | None = None) -> UsageError:
+    """The image's manifest is a file the user's image brought: a bad one is a bad file (exit 2)."""
+    return UsageError(f"{printable(ref)}: {MANIFEST_IN_IMAGE} {said}", where=where(f"{ref}:{MANIFEST_IN_IMAGE}",
+                      None, key) if key else None, hint="name an image `invoke build` made (--local)")
+
+
+def archive_problem(stat: dict) -> str | None:
+    """Why the engine's stat of the manifest's path is not one small regular file (None: it is)."""
+    mode = int(stat.get("mode") or 0)
+    if stat.get("linkTarget") or mode & _GO_SYMLINK:
+        return "is a symlink, not the file `invoke build` writes"
+    if mode & _GO_DIR:
+        return "is a folder, not a file"
+    if int(stat.get("size") or 0) > MANIFEST_MAX_BYTES:
+        return f"is larger than {MANIFEST_MAX_BYTES} bytes"
+    return None
+
+
+def manifest_of(ref: str, archive: bytes) -> dict:
+    """The manifest from the engine's tar of its path: one regular file of UTF-8 JSON, an object with the
+    keys the manifests take from it (port, health_path, env), each of its type; else a one-line refusal
+    naming the image, the file and the key."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            member = tar.next()
+            if member is None or not member.isreg():
+                raise manifest_error(ref, "is not a regular file")
+            if member.size > MANIFEST_MAX_BYTES:
+                raise manifest_error(ref, f"is larger than {MANIFEST_MAX_BYTES} bytes")
+            raw = tar.extractfile(member).read()
+    except tarfile.TarError as exc:
+        raise manifest_error(ref, f"could not be read from the engine's archive ({exc})") from None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise manifest_error(ref, f"is not UTF-8 text (byte {exc.start})") from None
+    except ValueError as exc:
+        raise manifest_error(ref, f"is not JSON ({printable(str(exc))})") from None
+    if not isinstance(doc, dict):
+        raise manifest_error(ref, "is not a JSON object")
+    port = doc.get("port")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise manifest_error(ref, "has no port between 1 and 65535", "port")
+    if not isinstance(doc.get("health_path"), str) or not doc["health_path"].startswith("/"):
+        raise manifest_error(ref, "has no health_path starting with /", "health_path")
+    env = doc.get("env")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise manifest_error(ref, "has no env of names to string values", "env")
+    return doc
 
 
 def digest_problem(pinned: str, facts: ImageFacts) -> str | None:
@@ -178,14 +236,14 @@ class Options:
 
 def check_options(opts: Options) -> None:
     if not opts.image:
-        raise ManifestError("--image is required: the image to run, pinned as NAME@sha256:DIGEST")
+        raise UsageError("--image is required: the image to run, pinned as NAME@sha256:DIGEST")
     if not DIGEST_REF.match(opts.image):
-        raise ManifestError(f"--image {opts.image} is not pinned by digest", hint="give NAME@sha256:<64 hex>")
+        raise UsageError(f"--image {printable(opts.image)} is not pinned by digest", hint="give NAME@sha256:<64 hex>")
     if opts.replicas < 1:
-        raise ManifestError("--replicas must be at least 1")
+        raise UsageError("--replicas must be at least 1")
     for name, _ in opts.env:
         if name == "HF_TOKEN" or SECRET_NAME.search(name):
-            raise ManifestError(f"--env {name}=...: a credential is never written into a manifest as a value",
+            raise UsageError(f"--env {name}=...: a credential is never written into a manifest as a value",
                                 hint=f"HF_TOKEN comes from the Secret --hf-secret names; put {name} in a Secret")
 
 
@@ -201,8 +259,8 @@ def parse_env(pairs: list[str] | None) -> tuple[tuple[str, str], ...]:
     out = []
     for pair in pairs or []:
         k, sep, v = pair.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-            raise ManifestError(f"--env {pair!r} is not NAME=VALUE")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):  # the pair is not echoed: it may be a secret
+            raise UsageError("--env takes NAME=VALUE, NAME letters, digits and _ (the value given is not shown)")
         out.append((k, v))
     return tuple(out)
 
@@ -290,7 +348,7 @@ def render(loaded: LoadedRecipe, facts: ImageFacts, opts: Options) -> dict[str, 
     overridden = {**facts.env, **dict(opts.env)}
     want, built = fixes.fixplan.hpu_mode(overridden), fixes.fixplan.hpu_mode(facts.env)
     if want != built:  # the image's start-up check (apply_all --check) holds the mode its fixes were made for
-        raise ManifestError(f"--env PT_HPU_LAZY_MODE={overridden.get('PT_HPU_LAZY_MODE')} asks for {want} mode; "
+        raise UsageError(f"--env PT_HPU_LAZY_MODE={overridden.get('PT_HPU_LAZY_MODE')} asks for {want} mode; "
                             f"the image's fixes were applied for {built} mode, and it would refuse to start",
                             hint="build an image of a recipe for that mode")
     guard(loaded, overridden)
@@ -356,13 +414,13 @@ def guard(loaded: LoadedRecipe, environ: dict[str, str]) -> None:
     # No arguments after the image here: only the environment changes the recipe's command.
     errors, found = runtime.check(render.runtime_data(loaded), ["vllm", "serve", "MODEL"], environ)[:2]
     if errors:
-        raise ManifestError("--env: " + "; ".join(e.message for e in errors))
+        raise UsageError("--env: " + "; ".join(e.message for e in errors))
     said = [f"rule {f.rule} ({f.where}): {f.message}" for f in found]
     if said and environ.get("COOKBOOK_ALLOW_UNSAFE") == "1":
         for line in said:
             say(f"warning: COOKBOOK_ALLOW_UNSAFE=1, the image starts despite {line}")
     elif said:
-        raise ManifestError("the image would refuse to start with these overrides:\n  " + "\n  ".join(said),
+        raise UsageError("the image would refuse to start with these overrides:\n  " + "\n  ".join(said),
                             hint="drop the override, or add --env COOKBOOK_ALLOW_UNSAFE=1 at your own risk")
 
 

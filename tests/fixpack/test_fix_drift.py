@@ -276,3 +276,21 @@ def test_hunks_read_an_added_line_that_looks_like_a_header():
     (p1, h1), (p2, h2) = drift.hunks(DIFF)
     assert p1 == p2 == "v1/x.py" and "+++ c" in h1.text
     assert (h1.first_change, h2.first_change) == (5, 21)
+
+
+@pytest.mark.parametrize("ref", ["--help", "-h"])
+def test_a_flag_taken_for_the_ref_is_refused_before_any_fetch(ref, tmp_path):
+    """`invoke fixes.drift --help`: invoke hands the flag to the positional ref. Refused (exit 2, one message
+    that says where the help is), before anything is fetched or printed as a plan."""
+    env = {**__import__("os").environ, "COOKBOOK_CACHE": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-m", "invoke", "fixes.drift", ref, "--dry-run"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"error: fixes.drift '{ref}': a ref does not start with '-'"), out.stderr
+    assert "invoke --help fixes.drift" in out.stderr and "git" not in out.stdout and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("ref, ok", [("v0.27.0", True), ("0" * 40, True), ("main", True), ("-x", False),
+                                     ("", False), ("v1 v2", False), ("v1\x1b[2J", False)])
+def test_ref_problem(ref, ok):
+    assert (drift.ref_problem(ref) is None) == ok

@@ -180,3 +180,23 @@ def test_a_timed_out_check_leaves_no_container(docker_engine, monkeypatch):
     finally:
         for cid in leftover(marker):
             engine.docker("rm", "--force", cid, check=False)
+
+
+def test_an_image_the_engine_cannot_start_is_exit_3_and_leaves_no_container(docker_engine, tmp_path):
+    """`invoke test` on an image with no `sleep` in it (FROM scratch): the engine refuses to start the
+    checks' container. One line and exit 3 (the engine's row of the README's table), no traceback, and
+    the container the SDK created before the refusal is removed."""
+    from ..test_tasks import invoke
+
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nLABEL cookbook.test=cannot-start\n")
+    tag = f"{TEST_REPO}/cannot-start:latest"
+    engine.docker("build", "-q", "-t", tag, str(tmp_path))
+    image_id = engine.inspect(tag)["Id"]
+    try:
+        out = invoke("test", "--recipe", RID, "--standin", "--image", tag)
+        assert out.returncode == 3, out.stderr
+        assert out.stderr.startswith(f"error: the image-check container of {tag} did not start: the Docker "
+                                     "engine said: ") and "Traceback" not in out.stderr
+        assert engine.docker("ps", "--all", "--quiet", "--filter", f"ancestor={image_id}").stdout.split() == []
+    finally:
+        engine.docker("rmi", "-f", tag, check=False)

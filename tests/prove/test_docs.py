@@ -3,6 +3,7 @@ join their rows with the result files the smoke and bench writers write (publish
 image; "not measured on this image" when the image changed; CPU figures labelled), carry a do-not-edit
 line, match what is committed, and build into a site with mkdocs."""
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -266,7 +267,7 @@ HOSTILE = [
     "<script>alert('plain')</script>",
     "``x`<script>alert('doubled')</script>`a`",  # backtick runs that could be read two ways
     "\\`<script>alert('escaped')</script>\\`",
-    "`a` <img src=x onerror=alert('img')> `b` & <b>bold</b>",
+    "`a` <img src=x onerror=alert(1)> `b` & <b>bold</b>",  # no quotes: Python-Markdown takes it for HTML
     "<div>\n<script>alert('block')</script>\n</div>",
     "[link](javascript:alert('link')) ![img](JaVaScRiPt:alert('img')) [next](\njavascript:alert('next'))",
     "see [ref][r]\n\n[r]: javascript:alert('ref')\n\n[r2]:\n  javascript:alert('ref2')\n\n[ok](https://example.com/x)",
@@ -281,7 +282,7 @@ def test_recipe_and_result_text_reaches_the_site_escaped(tmp_path, recipe_tree):
     bad = " ".join(HOSTILE)
     data = variant({"title": "Hostile <script>alert('title')</script>", "model.summary": bad,
                     "sections": [{"title": "Sec <script>t</script>", "text": bad}], "launch_notes": [bad],
-                    "known_issues": [bad], "buckets.summary": bad, "verified.setup": bad,
+                    "known_issues": [bad, "a plain `a` span"], "buckets.summary": bad, "verified.setup": bad,
                     "performance.method": bad})
     data["fixes"]["why"] = {k: bad for k in data["fixes"]["why"]}
     data["verified"]["checks"][0]["title"] = "Check <script>alert('check')</script>"
@@ -310,7 +311,7 @@ def test_recipe_and_result_text_reaches_the_site_escaped(tmp_path, recipe_tree):
     assert not re.search(r"(?i)(href|src)=\"\s*javascript", html)
     assert '<a href="https://example.com/x">ok</a>' in html  # a safe link stays a link
     assert "&lt;script&gt;alert('plain')" in html or "&lt;script&gt;alert(&#x27;plain&#x27;)" in html
-    assert "<code>a</code>" in html  # a plain code span is still one
+    assert "a plain <code>a</code> span" in html  # a plain code span is still one
 
 
 def test_a_launch_value_that_would_end_the_code_block_is_refused():
@@ -321,8 +322,12 @@ def test_a_launch_value_that_would_end_the_code_block_is_refused():
 @pytest.mark.parametrize("text, out", [
     ("plain", "plain"),
     ("a `<b>` c <d>", "a `<b>` c &lt;d&gt;"),
-    ("odd ` <x>", "odd ` &lt;x&gt;"),
-    ("``x`<y>`a`", "``x`&lt;y&gt;`a`"),
+    ("odd ` <x>", "odd &#96; &lt;x&gt;"),
+    ("``x`<y>`a`", "&#96;&#96;x&#96;&lt;y&gt;&#96;a&#96;"),
+    # Judged whole: Markdown pairs the first line's backtick with the second's, so no line keeps its spans.
+    ("a `b\nc `<img>` d", "a &#96;b\nc &#96;&lt;img&gt;&#96; d"),
+    ("`a\nb` <x>", "&#96;a\nb&#96; &lt;x&gt;"),  # a span over two lines
+    ("`<a>` one\n\n`<b>` two <c>", "`<a>` one\n\n`<b>` two &lt;c&gt;"),  # whole spans on each line stay
     *[(safe, safe) for safe in ("[a](recipes/x.md) [b](https://e.org) [c](mailto:me@e.org)", "[d](#anchor)")],
     ("[a](javascript:x)", "[a\\](javascript:x)"),
     ("[a](vbscript:x) [b](data:text/html,x)", "[a\\](vbscript:x) [b\\](data:text/html,x)"),
@@ -358,3 +363,102 @@ def test_a_capacity_file_that_is_not_the_labs_is_a_clear_error(tmp_path, monkeyp
                         loaded.profile)
     with pytest.raises(RecipeError, match="not the capacity lab's figures"):
         docs.capacity(fake)
+
+
+CHECKOUT = ("cookbook", "recipes", "fixes", "docs", "dockerfiles", "tasks.py", "mkdocs.yml", "pyproject.toml")
+
+
+def checkout_copy(tmp_path) -> Path:
+    """This checkout's sources in a folder of their own, whose recipes and results/ a test may change: a
+    task run there (`python -m invoke`, which puts that folder first on sys.path) reads and writes the
+    copy alone."""
+    import shutil
+
+    root = tmp_path / "checkout"
+    root.mkdir()
+    for name in CHECKOUT:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / name, root / name)
+    return root
+
+
+def invoke_in(root: Path, *args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+
+
+# Each holds a code span whose backticks pair across a line break: judged line by line, the second line's
+# `<img ...>` looked like code and was left raw; Markdown reads it as HTML.
+SPLIT_SPANS = "a `b\nc `<img src={} onerror=alert(1)>` d"
+
+
+def test_multi_line_values_reach_the_built_site_escaped(tmp_path):
+    """`invoke docs --site` on a checkout whose recipe prose and whose smoke.json `started` hold backticks
+    paired across lines around an <img onerror>: the HTML mkdocs builds holds no such tag."""
+    root = checkout_copy(tmp_path)
+    recipe = root / "recipes" / "Qwen" / "Qwen3.5-27B-FP8" / "recipe.yaml"
+    text = recipe.read_text()
+    prose = "\n".join("    " + line for line in SPLIT_SPANS.format("prose").split("\n"))
+    assert "  summary: >-\n    Qwen's 27B" in text
+    recipe.write_text(text.replace("  summary: >-\n    Qwen's 27B", f"  summary: |-\n{prose}\n    Qwen's 27B", 1))
+    gaudi = results.image_target("img:tag", "sha256:" + "ab" * 32, "habana", {})
+    smoke = write_smoke(root / "results" / "qwen3.5-27b-fp8", gaudi, [("known-answers", "passed", "8/8")])
+    doc = json.loads(smoke.read_text())
+    doc["started"] = "2026-12-04`\n`<img src=started onerror=alert(1)>`"
+    smoke.write_text(json.dumps(doc))
+    out = invoke_in(root, "docs", "--site", str(tmp_path / "site"))
+    assert out.returncode == 0, out.stderr
+    html = (tmp_path / "site" / "recipes" / "qwen3.5-27b-fp8.html").read_text()
+    assert "<img src=" not in html
+    for who in ("prose", "started"):
+        assert f"&lt;img src={who} onerror=alert(1)&gt;" in html, who
+    assert "623,359" in html  # the page itself is there
+
+
+@pytest.mark.parametrize("value, said", [
+    ("fast", "'fast' is not a number"),
+    ([], "an empty list, not a figure"),
+    (float("nan"), "nan is not a figure"),
+    (float("inf"), "inf is not a figure"),
+    (-3.0, "-3.0 is not a figure"),
+    ([1.0, "x"], "'x' is not a number"),
+])
+def test_a_bench_figure_that_is_not_one_is_refused_naming_file_and_key(tmp_path, value, said):
+    """`invoke docs` on a bench.json whose published figure is a string, an empty list, NaN, infinite or
+    negative: one line naming the file and the key, exit 2, no traceback, no page written."""
+    root = checkout_copy(tmp_path)
+    gaudi = results.image_target("img:tag", "sha256:" + "ab" * 32, "habana", {})
+    bench = write_bench(root / "results" / "qwen3.5-27b-fp8", gaudi, {"one-stream-short": 51.25})
+    doc = json.loads(bench.read_text())
+    key = "tokens_per_s" if not isinstance(value, list) else "seconds_to_answer"
+    doc["scenarios"][0]["values"][key] = value
+    bench.write_text(json.dumps(doc))  # json writes NaN and Infinity as Python's json reads them
+    page = root / "docs" / "recipes" / "qwen3.5-27b-fp8.md"
+    before = page.read_text()
+    out = invoke_in(root, "docs")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and said in out.stderr
+    assert f"results/qwen3.5-27b-fp8/bench.json (key scenarios.0.values.{key})" in out.stderr
+    assert page.read_text() == before
+
+
+def test_a_huge_figure_is_printed_short(tmp_path):
+    """A finite figure too large to mean anything is printed in three significant digits, not 309."""
+    root = checkout_copy(tmp_path)
+    gaudi = results.image_target("img:tag", "sha256:" + "ab" * 32, "habana", {})
+    write_bench(root / "results" / "qwen3.5-27b-fp8", gaudi, {"one-stream-short": 1e308})
+    out = invoke_in(root, "docs")
+    assert out.returncode == 0, out.stderr
+    text = (root / "docs" / "recipes" / "qwen3.5-27b-fp8.md").read_text()
+    assert "1e+308 tokens/s" in text and "0" * 20 not in text
+
+
+@pytest.mark.parametrize("value, words", [(47.14, "47.1"), (9_999_999.0, "9999999.0"), (1e7, "1e+07"),
+                                          (1e308, "1e+308")])
+def test_rate(value, words):
+    assert docs.rate(value) == words

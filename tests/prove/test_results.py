@@ -66,3 +66,17 @@ def test_not_json_and_another_recipe_are_refused(tmp_path):
     path.write_text("{")
     with pytest.raises(RecipeError, match="not JSON"):
         results.load(RID, "smoke", tmp_path)
+    path.write_bytes(b'{"schema": "\xff"}')
+    with pytest.raises(RecipeError, match="not UTF-8"):
+        results.load(RID, "smoke", tmp_path)
+
+
+@pytest.mark.parametrize("value, said", [
+    (47.1, None), (0, None), ([29, 36], None), (1e308, None),
+    ("47", "'47' is not a number"), (True, "True is not a number"), (None, "None is not a number"),
+    ([], "an empty list"), (float("nan"), "nan is not a figure"), (float("-inf"), "-inf is not a figure"),
+    (-1, "-1 is not a figure"), ([1, "\x1b[31m"], "'\\x1b[31m' is not a number"),
+])
+def test_figure_problem(value, said):
+    got = results.figure_problem(value)
+    assert got == said if said is None else said in got

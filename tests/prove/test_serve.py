@@ -83,12 +83,14 @@ def test_refusals(kw, words):
 @pytest.mark.parametrize("items,expect,error", [
     (["A=1", "B=x=y"], {"A": "1", "B": "x=y"}, None),
     (["A"], {"A": None}, None),  # passed through from the caller's environment by name
-    (["1A=2"], None, "1A"),
+    (["1A=2"], None, "an env name is letters"),
+    (["HF_TOKEN hf_pasted=x"], None, "what was given is not shown"),  # a pasted token is never echoed
 ])
 def test_parse_env(items, expect, error):
     if error:
-        with pytest.raises(UsageError, match=error):
+        with pytest.raises(UsageError, match=error) as err:
             serve.parse_env(items)
+        assert items[0] not in str(err.value) and "hf_pasted" not in str(err.value)
     else:
         assert serve.parse_env(items) == expect
 
@@ -151,14 +153,37 @@ def test_option_problem(option, said):
 
 @pytest.mark.parametrize("args,said", [
     (["--option=--privileged"], "allowed: --shm-size=SIZE"),
-    (["--option=--env=HF_TOKEN=" + SECRET], "not one --option takes"),
+    (["--option=--env=HF_TOKEN=" + SECRET], "--option '--env=...': this docker run option is not one --option takes"),
+    (["--option=-eHF_TOKEN:" + SECRET], "--option (the value given is not shown): give it as --flag=value"),
+    (["--option=" + SECRET], "--option (the value given is not shown): not a docker run option"),
     (["--env", "HF_TOKEN=" + SECRET], "by name, never as a value"),
+    (["--env", "HF_TOKEN " + SECRET], "--env: an env name is letters"),
+    (["--env", "HF_TOKEN:" + SECRET + "=x"], "(what was given is not shown)"),
 ])
 def test_the_task_refuses_before_any_work_and_never_echoes_a_token(args, said):
     out = subprocess.run([sys.executable, "-m", "invoke", "serve", "--dry-run", *args], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert "docker run" not in out.stdout
+    assert SECRET not in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("folder", ["/", "/var/run", "/run/docker", "/etc", "/proc/1", "/var/run/docker.sock",
+                                    "/tmp/../etc"])
+def test_the_hf_cache_is_refused_where_a_volume_is(folder):
+    """--hf-cache is mounted read-write: a folder a read-only --volume may not come from is refused too,
+    before any work (the weights step would write into it first)."""
+    out = subprocess.run([sys.executable, "-m", "invoke", "serve", "--dry-run", "--hf-cache", folder], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "is the host's own, not a folder for models" in out.stderr, out.stderr
+    assert out.stderr.startswith(f"error: --hf-cache {folder}: ") and "docker run" not in out.stdout
+
+
+def test_a_symlink_to_a_host_folder_is_refused(tmp_path):
+    (tmp_path / "cache").symlink_to("/etc")
+    assert "/etc is the host's own" in serve.host_folder_problem(str(tmp_path / "cache"))
+    assert "/etc is the host's own" in serve.option_problem(f"--volume={tmp_path / 'cache'}:/models/m:ro")
+    assert serve.host_folder_problem(str(tmp_path)) is None
 
 
 def test_smoke_publishes_on_loopback_only():

@@ -219,3 +219,22 @@ def test_a_model_id_with_escape_codes_is_shown_escaped(hostile_url, tmp_path):
     assert "\x1b" not in shown and "\x07" not in shown and "\r" not in shown, shown
     assert r"tiny\x1b[2J" in (tmp_path / "smoke.md").read_text()
     assert json.loads((tmp_path / "smoke.json").read_text())["model"] == ESCAPED_ID  # kept exact, as JSON
+
+
+def test_validate_refuses_a_check_the_suite_does_not_have(recipe_tree):
+    """A Verified row whose `check:` is mistyped fails `invoke validate` (exit 2, the file, line and key),
+    not only `invoke smoke` on a Gaudi host; the recipe's own names pass."""
+    from ..conftest import variant
+    from ..test_tasks import invoke
+
+    _, write = recipe_tree
+    data = variant({})
+    good = invoke("validate", "--recipe", str(write(data)))
+    assert good.returncode == 0, good.stderr
+    data["verified"]["checks"][1]["check"] = "known-answer"  # the suite has known-answers
+    out = invoke("validate", "--recipe", str(write(data)))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith("error: verified.checks[1] asks for the smoke check 'known-answer', which the "
+                                 "suite does not have")
+    assert "recipe.yaml:" in out.stderr and "(key verified.checks.1.check)" in out.stderr
+    assert "known checks: " in out.stderr and "known-answers" in out.stderr

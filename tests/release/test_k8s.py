@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from cookbook.host import engine
-from cookbook.host.errors import ManifestError
+from cookbook.host.errors import ManifestError, UsageError
 from cookbook.host.paths import ROOT
 from cookbook.image import steps
 from cookbook.recipe import recipes
@@ -180,16 +180,29 @@ def test_name_of(rid, name):
 ])
 def test_options_are_checked_before_anything(opts, said):
     facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {}, 1800, 30, 10, 3)
-    with pytest.raises(ManifestError, match=said):
+    with pytest.raises(UsageError, match=said):
         k8s.render(recipes.load(RID), facts, opts)
-    with pytest.raises(ManifestError, match=said):
+    with pytest.raises(UsageError, match=said):
         k8s.run(recipes.load(RID), opts)  # before the image is read
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--replicas", "0", "--image", "r/x@sha256:" + "a" * 64), "--replicas must be at least 1"),
+    ((), "--image is required"),
+    (("--image", "r/x:latest"), "not pinned by digest"),
+    (("--image", "r/x@sha256:" + "a" * 64, "--env", "HF_TOKEN=hf_topsecret"), "never written into a manifest"),
+    (("--image", "r/x@sha256:" + "a" * 64, "--env", "HF_TOKEN hf_topsecret"), "--env takes NAME=VALUE"),
+])
+def test_argument_mistakes_exit_2(args, said):
+    out = invoke("k8s", "--recipe", RID, *args, "--dry-run")
+    assert out.returncode == 2 and said in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "topsecret" not in out.stderr
 
 
 def test_env_override_cannot_change_the_hpu_mode():
     facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {"PT_HPU_LAZY_MODE": "0"}, 1800, 30, 10, 3)
     opts = k8s.Options("r/x@sha256:" + "a" * 64, env=(("PT_HPU_LAZY_MODE", "1"),))
-    with pytest.raises(ManifestError, match="applied for compile mode"):
+    with pytest.raises(UsageError, match="applied for compile mode"):
         k8s.render(recipes.load(RID), facts, opts)
     same = k8s.Options("r/x@sha256:" + "a" * 64, env=(("PT_HPU_LAZY_MODE", "0"), ("VLLM_SKIP_WARMUP", "false")))
     assert k8s.render(recipes.load(RID), facts, same)
@@ -205,7 +218,7 @@ def test_env_override_cannot_change_the_hpu_mode():
 def test_overrides_the_image_would_refuse_or_that_carry_a_secret(env, said):
     facts = k8s.ImageFacts({"cookbook.recipe": RID}, 8000, "/health", {"PT_HPU_LAZY_MODE": "0"}, 1800, 30, 10, 3)
     opts = k8s.Options("r/x@sha256:" + "a" * 64, env=env)
-    with pytest.raises(ManifestError, match=said) as err:
+    with pytest.raises(UsageError, match=said) as err:
         k8s.render(recipes.load(RID), facts, opts)
     assert "hf_x" not in str(err.value)
     unsafe = k8s.Options("r/x@sha256:" + "a" * 64, env=(*env, ("COOKBOOK_ALLOW_UNSAFE", "1")))
@@ -233,10 +246,11 @@ def test_parse_env(pairs, want):
     assert k8s.parse_env(pairs) == want
 
 
-@pytest.mark.parametrize("bad", ["A", "1A=x", "=x"])
+@pytest.mark.parametrize("bad", ["A", "1A=x", "=x", "HF_TOKEN hf_secretvalue", "HF-TOKEN=hf_secretvalue"])
 def test_parse_env_refuses(bad):
-    with pytest.raises(ManifestError, match="NAME=VALUE"):
+    with pytest.raises(UsageError, match="NAME=VALUE") as err:
         k8s.parse_env([bad])
+    assert "secretvalue" not in str(err.value)  # a pasted token is never echoed
 
 
 CONFIG = {"Labels": {"cookbook.recipe": RID}, "ExposedPorts": {"8000/tcp": {}},
@@ -416,3 +430,66 @@ def test_the_confined_pod_serves_the_cpu_image(docker_engine, made_images, vllm_
     finally:
         engine.docker("rm", "--force", "--volumes", name, check=False)
         engine.docker("volume", "rm", volume, check=False)
+
+
+BROKEN_MANIFESTS = {  # what /opt/cookbook/manifest.json is in each image, and what the refusal says
+    "not-json": ("text", b"port: 8000\n", "is not JSON"),
+    "not-utf8": ("text", b'{"port": 8000, "health_path": "/h\xff", "env": {}}', "is not UTF-8 text"),
+    "no-port": ("text", b'{"health_path": "/health", "env": {}}', "has no port between 1 and 65535"),
+    "string-port": ("text", b'{"port": "8000", "health_path": "/health", "env": {}}', "has no port"),
+    "no-env": ("text", b'{"port": 8000, "health_path": "/health"}', "has no env"),
+    "array": ("text", b"[]", "is not a JSON object"),
+    "folder": ("folder", b"", "is a folder, not a file"),
+    "symlink": ("symlink", b"", "is a symlink"),
+}
+
+
+@pytest.fixture(scope="module")
+def broken_images(docker_engine, tmp_path_factory):
+    """One tiny image FROM scratch per broken manifest (never started: k8s only creates a container to copy
+    the file out), tagged under this module's repository and removed at the end."""
+    made = {}
+    for kind, (form, data, _) in BROKEN_MANIFESTS.items():
+        ctx = tmp_path_factory.mktemp(f"manifest-{kind}")
+        target = ctx / "opt" / "cookbook" / "manifest.json"
+        target.parent.mkdir(parents=True)
+        if form == "text":
+            target.write_bytes(data)
+        elif form == "folder":
+            (target / "inside").mkdir(parents=True)
+        else:
+            target.symlink_to("/etc/passwd")
+        (ctx / "Dockerfile").write_text(f"FROM scratch\nCOPY opt/ /opt/\nLABEL cookbook.recipe={RID}\n")
+        tag = f"{REPO}/broken-manifest-{kind}:test"
+        engine.docker("build", "-q", "-t", tag, str(ctx))
+        made[kind] = (tag, engine.inspect(tag)["Id"])
+    yield made
+    for tag, _ in made.values():
+        engine.docker("rmi", tag, check=False)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("kind", list(BROKEN_MANIFESTS))
+def test_an_image_whose_manifest_is_not_the_cookbooks_is_one_line_exit_2(broken_images, tmp_path, kind):
+    """`invoke k8s --local` on an image whose manifest.json is not JSON, not UTF-8, lacks port, is a folder
+    or a symlink: one line naming the image and the file, exit 2, no traceback, nothing written, and the
+    container it created to read the file is gone."""
+    tag, image_id = broken_images[kind]
+    out = invoke("k8s", "--recipe", RID, "--image", f"registry.example/q@{image_id}", "--local", tag,
+                 "--out", str(tmp_path / "k"))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"error: {tag}: {k8s.MANIFEST_IN_IMAGE} {BROKEN_MANIFESTS[kind][2]}"), out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "k").exists()
+    left = engine.docker("ps", "--all", "--quiet", "--filter", f"ancestor={image_id}").stdout.split()
+    assert not left
+
+
+@pytest.mark.parametrize("stat, said", [
+    ({"mode": 0o644, "size": 300}, None),
+    ({"mode": (1 << 31) | 0o755, "size": 4096}, "is a folder"),
+    ({"mode": (1 << 27) | 0o777, "size": 11, "linkTarget": "/etc/passwd"}, "is a symlink"),
+    ({"mode": 0o644, "size": (1 << 20) + 1}, "is larger than"),
+])
+def test_archive_problem(stat, said):
+    got = k8s.archive_problem(stat)
+    assert got == said if said is None else said in got

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ...host.errors import UsageError, printable
+from ...host.errors import RecipeError, UsageError, printable
 from ..openai_client import BadAnswer, Server, ServerError, check_url
 from . import answers, bias, health, images, logprobs, needle, prefix, sizing, structured, tools  # noqa: F401
 from .core import CHECKS, Context, Outcome
@@ -61,9 +61,25 @@ def recipe_block(recipe) -> int:
     return recipe.model.hybrid_kv_block or recipe.serve.block_size or 16
 
 
+def unknown_checks(checks: list) -> list[tuple[int, str]]:
+    """The rows (index, check name) whose check the suite does not have (core.CHECKS)."""
+    return [(i, c.check) for i, c in enumerate(checks) if c.check not in CHECKS]
+
+
+def check_names(loaded) -> None:
+    """`invoke validate`: every Verified row names a check the suite has. Otherwise a mistyped name
+    would pass validation and fail only when smoke runs, on a Gaudi host."""
+    bad = unknown_checks(loaded.recipe.verified.checks if loaded.recipe.verified else [])
+    if bad:
+        i, name = bad[0]
+        raise RecipeError(f"verified.checks[{i}] asks for the smoke check {printable(repr(name))}, which the suite "
+                          "does not have", where=loaded.line_of(("verified", "checks", i, "check")),
+                          hint="known checks: " + ", ".join(sorted(CHECKS)))
+
+
 def select(checks: list, only: list[str] | tuple[str, ...] = ()) -> list:
     """The recipe's checks to run, in the recipe's order; `only` names rows or check kinds."""
-    unknown = sorted({c.check for c in checks} - set(CHECKS))
+    unknown = sorted({name for _, name in unknown_checks(checks)})
     if unknown:
         raise UsageError(f"the recipe asks for checks the suite does not have: {', '.join(unknown)}",
                          hint="known checks: " + ", ".join(sorted(CHECKS)))
