@@ -1,6 +1,8 @@
 """The tasks as a user runs them: dry runs print commands and change nothing; errors are one clear
 message, never a traceback, and exit 2 for a user's mistake (3 for the engine or network)."""
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -156,3 +158,36 @@ def test_publish_help_shows_and_a_bad_registry_is_refused_before_any_work():
         out = invoke_env("publish", "--registry", bad, "--recipe", "no-such-recipe",
                          DOCKER_HOST="unix:///nonexistent.sock")
         one_message(out, 2, "is not HOST[:PORT][/NAMESPACE]")
+
+
+def _files(root: Path, skip=(".git", ".venv")) -> dict[str, tuple[int, int]]:
+    out = {}
+    for path in root.rglob("*"):
+        rel = path.relative_to(root)
+        if rel.parts and rel.parts[0] in skip or path.is_dir():
+            continue
+        stat = path.lstat()
+        out[str(rel)] = (stat.st_size, stat.st_mtime_ns)
+    return out
+
+
+def test_hostile_option_values_never_traceback_hang_escape_or_write(tmp_path):
+    """Every task's options, two hostile values each (tests/hostile_options.py): a dry run (or a task that
+    only reads) answers with an exit code and printable words, within its time, and writes nothing: not in
+    the checkout, not in the folder it runs in, not through a symlink out of a folder."""
+    scratch, cwd = tmp_path / "scratch", tmp_path / "cwd"
+    cwd.mkdir()
+    before = _files(ROOT)
+    run = subprocess.run([sys.executable, "-m", "tests.hostile_options", str(tmp_path / "out.json"), str(scratch)],
+                         cwd=cwd, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    records = json.loads((tmp_path / "out.json").read_text())
+    assert len(records) > 150 and {r["argv"][0] for r in records} >= {"serve", "chain", "k8s", "fixes.rebase"}
+    bad = [f"{r['argv']}: " + ("hang" if r["hang"] else r["traceback"] or f"escape in: {r['said']!r}")
+           for r in records if r["hang"] or r["traceback"] or r["escape"]]
+    assert not bad, "\n".join(bad[:10])
+    assert {r["code"] for r in records} <= {0, 1, 2, 3}
+    assert (scratch / "outside" / "victim").read_text() == "kept\n"
+    assert sorted(p.name for p in (scratch / "outside").iterdir()) == ["victim"]
+    assert not list(cwd.iterdir()) and _files(ROOT) == before

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..host import engine, outdir
-from ..host.errors import FAILED, PACK_DIFFERS, EngineError, UpstreamError, UsageError
+from ..host.errors import FAILED, PACK_DIFFERS, EngineError, UpstreamError, UsageError, printable
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
@@ -167,12 +167,23 @@ class Report:
         return exit_code([v.verdict for v in self.verdicts])
 
 
+def check_base_ref(image: str) -> None:
+    """A base as Docker names it, before anything (dry runs too) puts it in a command: `--help` or a path
+    is refused here, not taken by docker as a flag or a name."""
+    from ..prove.serve import image_problem
+
+    said = image_problem(image)
+    if said:
+        raise UsageError(f"base {printable(image)}: {said}", hint="an image reference: NAME[:TAG][@sha256:DIGEST]")
+
+
 def targets(specs: dict[str, fixes.FixSpec]) -> dict[tuple[str, str], str]:
     return {(t.package, f): sha for spec in specs.values() for t in spec.targets for f, sha in t.files.items()}
 
 
 def verify_base(image: str, profile_name: str = "v0.26.0", site: str | None = None, out: Path | None = None,
                 fixes_dir: Path | None = None, dry_run: bool = False) -> Report | None:
+    check_base_ref(image)
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     present = fixes.resolve(profile, profile.order, fixes_dir)

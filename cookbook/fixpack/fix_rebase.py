@@ -105,6 +105,7 @@ def rehash(text: str, changes: dict[str, tuple[str, str]]) -> str:
 def rebase(image: str, profile_name: str = "v0.26.0", site: str | None = None, out: Path | None = None,
            fixes_dir: Path | None = None, lab: bool = True, lab_fixes: list[str] | None = None,
            keep: Path | None = None, dry_run: bool = False) -> Result | None:
+    fix_base.check_base_ref(image)
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     present = fixes.resolve(profile, profile.order, fixes_dir)

@@ -8,12 +8,16 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
+from .errors import printable
+
 _console = Console(stderr=True, highlight=False)
 _start = time.monotonic()
 
 
 def say(message: str) -> None:
-    _console.print(f"[dim]{time.monotonic() - _start:6.1f}s[/dim] {escape(message)}", markup=True, soft_wrap=True)
+    """A progress message; its lines are made printable (it may quote a file name or a server's words)."""
+    text = "\n".join(printable(part) for part in message.split("\n"))
+    _console.print(f"[dim]{time.monotonic() - _start:6.1f}s[/dim] {escape(text)}", markup=True, soft_wrap=True)
 
 
 def line(text: str) -> None:

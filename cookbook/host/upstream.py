@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import grammar
-from .errors import UpstreamError, UsageError
+from .errors import UpstreamError, UsageError, printable
 from .paths import cache_dir
 from .progress import say
 
@@ -134,7 +134,7 @@ def _print_fetch(source: str, ref: str, dest: str) -> None:
     for c in (["git", "init", "-q", "--bare", "<tmp>/git"],
               ["git", "--git-dir", "<tmp>/git", "fetch", "-q", "--depth", "1", redact(source), _refspec(ref)],
               ["git", "--git-dir", "<tmp>/git", "archive", "FETCH_HEAD", "|", "tar", "-x", "-C", dest]):
-        print(" ".join(c))
+        print(printable(" ".join(c)))
 
 
 def _refspec(ref: str) -> str:
@@ -194,7 +194,7 @@ def fetch_vllm(pins: Pins, wheel: Path | None = None, dry_run: bool = False) -> 
     download = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                 f"vllm=={pins.vllm_version}", "-d", "<tmp>"]
     if dry_run:
-        print(" ".join(download) if wheel is None else f"(use {wheel})")
+        print(printable(" ".join(download) if wheel is None else f"(use {wheel})"))
         print(f"extract vllm/**/*.py and the dist-info into {dest}")
         return dest
     if wheel is not None and not zipfile.is_zipfile(wheel):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..host import outdir
-from ..host.errors import CookbookError, RecipeError
+from ..host.errors import CookbookError, RecipeError, printable
 from ..host.paths import ROOT
 from ..host.progress import say
 from ..image import render
@@ -400,7 +400,7 @@ def build_site(out: Path, dry_run: bool = False) -> Path:
     out = out.absolute()
     outdir.check(out, SITE_MARKER, "--site")
     if dry_run:
-        print(shlex.join([*cmd, "-d", str(out)]))
+        print(printable(shlex.join([*cmd, "-d", str(out)])))
         return out
     with outdir.staged(out, SITE_MARKER, SITE_MARKER_TEXT) as tmp:
         proc = subprocess.run([*cmd, "-d", str(tmp)], capture_output=True, text=True, cwd=ROOT,

@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..host.errors import CheckFailure, HostError, UsageError
+from ..host.errors import CheckFailure, HostError, UsageError, printable
 from ..recipe.recipes import LoadedRecipe
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -351,6 +351,11 @@ def run(loaded: LoadedRecipe, image: str, readings: Path | None = None, record: 
         dry_run: bool = False) -> list[Check] | None:
     """Judge the host (or saved readings); raises HostError on a host without Gaudi. The caller turns
     a FAIL into the exit status."""
+    from .serve import image_problem
+
+    said = image_problem(image)
+    if said:  # it reaches `docker image inspect IMAGE`: a value such as --help would be taken as a flag
+        raise UsageError(f"--image {printable(image)}: {said}")
     if dry_run:
         for cmd in COMMANDS:
             print(cmd.replace("IMAGE", image).replace("PORT", str(loaded.recipe.image.port)))
