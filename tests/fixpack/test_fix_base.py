@@ -281,8 +281,12 @@ def odd_bases(made_images, upstream_cache, tmp_path_factory):
                 f.write(tail)
         return append
 
-    return {kind: (base_image(tmp_path_factory, made_images, kind, edit(tail)), f"{target.package}/{path}")
-            for kind, tail in tails.items()}
+    out = {kind: (base_image(tmp_path_factory, made_images, kind, edit(tail)), f"{target.package}/{path}")
+           for kind, tail in tails.items()}
+    yield out
+    for tag, _ in out.values():  # what a run that did not refuse wrote
+        for folder in ("fixes-verify", "fixes-rebase"):
+            shutil.rmtree(ROOT / "build" / folder / fix_base.slug(tag), ignore_errors=True)
 
 
 @pytest.mark.docker
