@@ -12,12 +12,12 @@ base's under build/fixes-verify/), or does not apply (why).
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import re
 import subprocess
 import tarfile
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +37,9 @@ EXIT_DIFFERS = PACK_DIFFERS
 MARKER = ".cookbook-fixes-verify"
 ROLE = "fixes-verify"
 PROBE = "vllm_gaudi/__init__.py"  # what makes a folder the base's site-packages
+# The most a base's file may hold: the pack's target files are Python sources (the largest is about
+# 400 KB); anything bigger is refused from docker cp's tar header, before it is read.
+MAX_FILE_BYTES = 8 << 20
 # Where pip puts packages in the Debian and Ubuntu based images vllm-gaudi builds on, after the
 # recipes' own base.site_packages and the stand-in's.
 USUAL_SITES = (*(f"/usr/local/lib/python3.{minor}/{kind}-packages" for minor in (12, 11, 10, 13)
@@ -129,23 +132,51 @@ def created(image: str) -> Iterator[str]:
                 remove(cid)
 
 
-def read_file(cid: str, path: str) -> bytes | None:
-    """One regular file of the container, through `docker cp` (a tar stream); None when it is not there."""
+def read_file(cid: str, path: str, limit: int = 0, timeout: float = 120) -> bytes | None:
+    """One regular file of the container, through `docker cp` (a tar stream, read as it comes); None when
+    it is not there or is not a regular file. A file over `limit` bytes (MAX_FILE_BYTES by default) is
+    refused from its tar header, before any of its content is read."""
+    limit = limit or MAX_FILE_BYTES
     c = engine.client()
-    try:
-        out = subprocess.run([c.path, "cp", f"{cid}:{path}", "-"], capture_output=True, env=c.env(), timeout=120)
-    except subprocess.TimeoutExpired:
-        raise EngineError(f"`docker cp` of {path} did not answer within 120s") from None
-    if out.returncode != 0:
-        said = out.stderr.decode(errors="replace").strip()
+    expired = threading.Event()
+    with subprocess.Popen([c.path, "cp", f"{cid}:{path}", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=c.env()) as proc:
+        timer = threading.Timer(timeout, lambda: (expired.set(), proc.kill()))
+        timer.start()
+        try:
+            found = _first_member(proc.stdout, limit)
+        finally:
+            timer.cancel()
+            proc.kill()  # what is left of the stream is not read
+            said = proc.stderr.read(65536).decode(errors="replace").strip()
+            code = proc.wait()
+    if expired.is_set():
+        raise EngineError(f"`docker cp` of {path} did not answer within {timeout:.0f}s")
+    if found is None:  # no tar stream: docker cp said why
         if "Could not find the file" in said or "No such container:path" in said:
             return None
-        raise EngineError(f"`docker cp {path}` failed: {said[-400:]}")
-    with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
-        member = tar.next()
-        if member is None or not member.isfile():
-            return None  # a folder or a link where a target file should be: not the file the pack edits
-        return tar.extractfile(member).read()
+        raise EngineError(f"`docker cp {path}` failed (exit {code}): {said[-400:]}")
+    size, data = found
+    if size > limit:
+        raise UsageError(f"{path} in the base is {size} bytes, over the {limit} a target file may have; not read",
+                         hint="the pack's target files are Python sources of a few hundred KB at most")
+    return data
+
+
+def _first_member(stream, limit: int) -> tuple[int, bytes | None] | None:
+    """(size, content) of the first member of a tar stream, content None when it is not a regular file
+    (a folder or a link where a target file should be: not the file the pack edits) or is over `limit`;
+    None when the stream holds no tar."""
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            member = tar.next()
+            if member is None:
+                return None
+            if not member.isfile() or member.size > limit:
+                return member.size if member.isfile() else 0, None
+            return member.size, tar.extractfile(member).read()
+    except tarfile.ReadError:
+        return None
 
 
 def find_site(cid: str, candidates: list[str]) -> str | None:
@@ -217,7 +248,26 @@ def read_base(image: str, site: str | None, wanted) -> tuple[str, dict[tuple[str
             raise UsageError(f"no site-packages with {PROBE} found in {image}",
                              hint=f"looked in {', '.join(candidates)}; name it with --site DIR")
         say(f"{image}: reading {len(wanted)} target files from {found_site} (container {cid[:12]}, never started)")
-        return found_site, {key: read_file(cid, f"{found_site}/{key[0]}/{key[1]}") for key in wanted}
+        files = {key: read_file(cid, f"{found_site}/{key[0]}/{key[1]}") for key in wanted}
+    for (package, path), data in files.items():
+        why = not_source(data) if data is not None else ""
+        if why:
+            raise UsageError(f"{found_site}/{package}/{path} in {image} is {why}, not the Python source the "
+                             "pack patches",
+                             hint="is --base the vllm-gaudi image you meant? (--site names its site-packages)")
+    return found_site, files
+
+
+def not_source(data: bytes) -> str:
+    """Why a base's target file cannot be a Python source to patch and diff; '' when it can be one."""
+    nul = data.find(b"\0")
+    if nul >= 0:
+        return f"binary (a NUL byte at offset {nul})"
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+    return ""
 
 
 def _inspect(image: str) -> dict:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..host import upstream
+from ..host import paths, upstream
 from ..host.errors import CookbookError, UsageError
 from ..host.paths import FIXES, ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
@@ -142,7 +142,7 @@ def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_
         python = environment() / "bin" / "python"
         cmd = [str(python), str(FIXES / "apply_all.py"), "--profile", profile_name, *opt_in, "--site", str(site),
                "--pack", str(Path(tmp) / "pack.json"), "--record", str(site / "fix-record.json"), "--quiet"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **APPLY_ENV})
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=minimal_env(os.environ, **APPLY_ENV))
     if proc.returncode != 0:
         what = "the fix pack" if names is None else ", ".join(present)
         raise LabError(f"{what} does not apply to the pristine release in the lab:\n"
@@ -168,41 +168,157 @@ class Run:
         return dict(out)
 
 
-def lab_env_vars(tree: Path) -> dict[str, str]:
+# What a lab process may inherit from the caller: where programs, the home and the caches are, the
+# locale and the thread count. Nothing else (no tokens, no credentials, no VLLM_* or PT_HPU_* switch).
+INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "XDG_CACHE_HOME", "COOKBOOK_CACHE",
+             "OMP_NUM_THREADS")
+
+
+def minimal_env(environ: dict[str, str] | os._Environ, **extra: str) -> dict[str, str]:
+    """The allow-listed part of `environ`, then `extra`: the whole environment of a lab process."""
+    return {**{k: environ[k] for k in INHERITED if k in environ}, **extra}
+
+
+def lab_env_vars(tree: Path, stubs: Path = STUBS, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The tree first on the path, then the stubs for the Gaudi software; upstream's own fake-HPU
     switch; no Hub access (the lab builds what it needs)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PT_HPU"))}
-    env.update({
-        "PYTHONPATH": os.pathsep.join([str(tree), str(STUBS)]),
+    environ = os.environ if environ is None else environ
+    return minimal_env(environ, **{
+        "PYTHONPATH": os.pathsep.join([str(tree), str(stubs)]),
         "COOKBOOK_LAB_TREE": str(tree),
         "VLLM_USE_FAKE_HPU": "1",
         "PT_HPU_LAZY_MODE": "0",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
-        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "2"),
+        "OMP_NUM_THREADS": environ.get("OMP_NUM_THREADS", "2"),
     })
-    return env
 
 
 def run(tree: Path, targets: list[str], *, cwd: Path = LAB_TESTS, extra: list[str] | None = None,
-        timeout: int = 3600) -> Run:
-    """Run pytest in the lab environment on `tree`; outcomes come from pytest's junit XML."""
-    python = environment() / "bin" / "python"
+        timeout: int = 3600, contained: bool = False) -> Run:
+    """Run pytest in the lab environment on `tree`; outcomes come from pytest's junit XML. `contained`:
+    in a container (a base's files are in the tree: see `run_contained`), else a host process."""
+    env_dir = environment()
     with tempfile.TemporaryDirectory(prefix="cookbook-labrun.") as tmp:
-        junit = Path(tmp) / "junit.xml"
-        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab_stubs",
-               f"--junitxml={junit}", "-o", "junit_family=xunit1", *(extra or []), *targets]
-        proc = subprocess.run(cmd, cwd=cwd, env=lab_env_vars(tree), capture_output=True, text=True,
-                              timeout=timeout)
-        outcomes = parse_junit(junit, cwd) if junit.is_file() else {}
+        out = Path(tmp) / "out"
+        out.mkdir()
+        args = [*(extra or []), *targets]
+        if contained:
+            proc = run_contained(env_dir, tree, cwd, out, args, timeout)
+        else:
+            proc = subprocess.run([str(env_dir / "bin" / "python"), *pytest_args(out / JUNIT, args)], cwd=cwd,
+                                  env=lab_env_vars(tree), capture_output=True, text=True, timeout=timeout)
+        outcomes = parse_junit(out / JUNIT, cwd) if (out / JUNIT).is_file() else {}
     return Run(tree, outcomes, proc.returncode, proc.stdout + proc.stderr)
 
 
+JUNIT = "junit.xml"
+
+
+def pytest_args(junit: Path | str, args: list[str]) -> list[str]:
+    return ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab_stubs", f"--junitxml={junit}",
+            "-o", "junit_family=xunit1", *args]
+
+
+# ------------------------------------------------------------------ a base's code, in a container
+# `fixes.rebase --base IMAGE` proves a candidate pack on the base's own target files: the lab imports
+# them, so the base's code runs. It never runs on the host: the lab's pytest runs in a container of the
+# stand-in rootfs (Debian, as the host the lab's Python was built on) with no network, no capabilities,
+# no new privileges, a read-only root, as nobody, with an environment made of the lab's own settings
+# alone. It sees, read-only, the lab's Python and its venv, tests/lab, recipes/ and the tree; the one
+# folder it may write is a scratch folder of its own (junit XML, model cache; /tmp is a tmpfs).
+NOBODY = "65534:65534"
+CONTAINED_ROLE = "fixes-lab"
+# Where everything goes in the container: host folders may sit under /root, which nobody cannot enter.
+# tests/lab and recipes/ keep their places in a checkout (tests/lab/_capacity.py reads ../../recipes).
+OPT = "/opt/cookbook-lab"
+IN = {"python": f"{OPT}/python", "env": f"{OPT}/env", "venv": f"{OPT}/venv", "tree": f"{OPT}/tree",
+      "lab": f"{OPT}/repo/tests/lab", "recipes": f"{OPT}/repo/recipes", "cwd": f"{OPT}/cwd", "out": f"{OPT}/out"}
+JUNIT_LIMIT = 64 << 20  # a hostile tree writes the junit XML: bounded, like any answer from outside
+
+
+def python_of(env_dir: Path) -> tuple[Path, str]:
+    """(the prefix of the Python the lab's venv was made from, "python3.X"), from its pyvenv.cfg."""
+    cfg = dict(line.split("=", 1) for line in (env_dir / "pyvenv.cfg").read_text().splitlines() if "=" in line)
+    cfg = {k.strip(): v.strip() for k, v in cfg.items()}
+    major_minor = ".".join(cfg.get("version", "").split(".")[:2])
+    if "home" not in cfg or not major_minor:
+        raise LabError(f"{env_dir / 'pyvenv.cfg'} names no home and version", hint=f"rebuild it: {BUILD_SCRIPT}")
+    return Path(cfg["home"]).resolve().parent, f"python{major_minor}"
+
+
+def venv_shim(dest: Path, python: str) -> Path:
+    """A venv at `dest` that points at the lab's Python and site-packages where the container mounts
+    them: the lab's own venv names host paths."""
+    (dest / "bin").mkdir(parents=True)
+    (dest / "lib" / python).mkdir(parents=True)
+    (dest / "pyvenv.cfg").write_text(f"home = {IN['python']}/bin\ninclude-system-site-packages = false\n")
+    (dest / "bin" / "python").symlink_to(f"{IN['python']}/bin/{python}")
+    (dest / "lib" / python / "site-packages").symlink_to(f"{IN['env']}/lib/{python}/site-packages")
+    return dest
+
+
+def contained_argv(image: str, mounts: dict[str, Path], workdir: str, env: dict[str, str], args: list[str],
+                   label: str) -> list[str]:
+    """`docker run` arguments for one lab process: `mounts` {name in IN: host folder}, every one read-only
+    but "out"; `args` to the venv's Python."""
+    volumes = [f"{host}:{IN[name]}:{'rw' if name == 'out' else 'ro'}" for name, host in mounts.items()]
+    return ["run", "--rm", "--network=none", f"--user={NOBODY}", "--cap-drop=ALL",
+            "--security-opt=no-new-privileges", "--read-only", "--tmpfs=/tmp:rw,exec,mode=1777",
+            "--label", label, *(f"--volume={v}" for v in volumes), f"--workdir={workdir}",
+            *(f"--env={k}={v}" for k, v in env.items()), image, f"{IN['venv']}/bin/python", *args]
+
+
+def run_contained(env_dir: Path, tree: Path, cwd: Path, out: Path, args: list[str],
+                  timeout: int) -> subprocess.CompletedProcess:
+    """The lab's pytest in a container (see above); the container is removed by its id whatever happens."""
+    from ..host import engine
+    from ..prove.serve import CONTAINER_LABEL, remove
+
+    prefix, python = python_of(env_dir)
+    mounts = {"python": prefix, "env": env_dir, "venv": venv_shim(out.parent / "venv", python), "tree": tree,
+              "lab": LAB_TESTS, "recipes": ROOT / "recipes", "out": out}
+    workdir = IN["lab"]
+    if cwd != LAB_TESTS:  # upstream's unit tests, from a copy of their folder
+        mounts["cwd"], workdir = cwd, IN["cwd"]
+    out.chmod(0o777)  # nobody writes here; its parent (a 0700 temporary folder) keeps everyone else out
+    cache = out / "cache"
+    if (paths.cache_dir() / "lab-models").is_dir():  # the tiny models the lab built before, copied: no mount
+        shutil.copytree(paths.cache_dir() / "lab-models", cache / "lab-models", symlinks=False)
+    cache.mkdir(exist_ok=True)
+    for path in [cache, *cache.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    env = lab_env_vars(Path(IN["tree"]), Path(IN["lab"]) / STUBS.name, environ={}) | {
+        "HOME": "/tmp", "COOKBOOK_CACHE": f"{IN['out']}/cache", "LD_LIBRARY_PATH": f"{IN['python']}/lib"}
+    cidfile = out.parent / "cid"
+    argv = contained_argv(standin.ROOTFS_IMAGE, mounts, workdir, env, pytest_args(f"{IN['out']}/{JUNIT}", args),
+                          f"{CONTAINER_LABEL}={CONTAINED_ROLE}")
+    c = engine.client()
+    try:
+        proc = subprocess.run([c.path, argv[0], f"--cidfile={cidfile}", *argv[1:]], env=c.env(),
+                              capture_output=True, text=True, errors="replace", timeout=timeout)
+    finally:  # --rm removes it when it ends; a timeout or an interrupt ends only the client
+        if cidfile.is_file() and cidfile.read_text().strip():
+            remove(cidfile.read_text().strip())
+    if proc.returncode in (125, 126, 127) and not (out / JUNIT).is_file():  # docker's own: it never ran
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise LabError(f"the fix lab's container did not start ({standin.ROOTFS_IMAGE}):\n{tail}",
+                       hint="the lab's Python must run on that Debian; rebuild it with " + str(BUILD_SCRIPT))
+    return proc
+
+
 def parse_junit(path: Path, cwd: Path) -> dict[str, str]:
-    """{node id: outcome} from pytest's xunit1 junit XML (file attribute relative to `cwd`)."""
+    """{node id: outcome} from pytest's xunit1 junit XML (file attribute relative to `cwd`); nothing from
+    a file that is too big or not XML (a contained run's tree wrote it)."""
     out = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
+    try:
+        if path.stat().st_size > JUNIT_LIMIT:
+            return {}
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return {}
+    for case in root.iter("testcase"):
         classname = case.get("classname", "")
         file = case.get("file") or classname.replace(".", "/") + ".py"
         module = file.removesuffix(".py").replace("/", ".")
@@ -249,7 +365,8 @@ def upstream_excluded(path: Path | None = None) -> dict[str, str]:
     return out
 
 
-def run_upstream(tree: Path, excluded: dict[str, str] | None = None, profile_name: str = "v0.26.0") -> Run:
+def run_upstream(tree: Path, excluded: dict[str, str] | None = None, profile_name: str = "v0.26.0",
+                 contained: bool = False) -> Run:
     """All of vllm-gaudi's own unit tests (from the upstream cache, at the pinned commit) on `tree`, but
     the excluded ones, with the "hpu" device and the Hub model they name standing in
     (tests/lab/stubs/lab_hpu_device.py). They run from a copy of the tests folder, so the cached
@@ -262,7 +379,8 @@ def run_upstream(tree: Path, excluded: dict[str, str] | None = None, profile_nam
         say(f"fix lab: vllm-gaudi's {UPSTREAM_TESTS} on {tree.name}, {len(excluded)} entries excluded")
         deselect = [arg for node in excluded for arg in ("--deselect", node)]
         return run(tree, [UPSTREAM_TESTS], cwd=Path(tmp),
-                   extra=["-p", "lab_hpu_device", "-p", "pytest_compat", "--rootdir", tmp, *deselect])
+                   extra=["-p", "lab_hpu_device", "-p", "pytest_compat", "--rootdir", ".", *deselect],
+                   contained=contained)
 
 
 @dataclass(frozen=True)
@@ -313,7 +431,8 @@ def run_alone(root: Path, fix: str, profile_name: str, fixes_dir: Path | None,
     except LabError as exc:
         return Alone(fix, {}, str(exc).splitlines()[0])
     try:
-        outcomes = run(tree, [str(m.relative_to(LAB_TESTS)) for m in modules_for(fix)]).by_fix().get(fix, {})
+        outcomes = run(tree, [str(m.relative_to(LAB_TESTS)) for m in modules_for(fix)],
+                       contained=base_files is not None).by_fix().get(fix, {})
     finally:
         shutil.rmtree(tree, ignore_errors=True)
     return Alone(fix, outcomes)
@@ -351,16 +470,23 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
         alone: bool = False, base_files: dict[tuple[str, str], bytes] | None = None) -> Report | None:
     """`invoke fixes.lab`: both trees, the lab's tests on each (the pack's own modules too when no fix
     is named), with `alone` each fix's tests on a tree with that fix alone, and (optionally) upstream's
-    unit tests that pass on the pristine release run on the patched one."""
+    unit tests that pass on the pristine release run on the patched one. With `base_files` (a base
+    image's target files, fixes.rebase) every lab process runs contained (`run_contained`)."""
     names = only or written_fixes(profile_name, fixes_dir)
     modules = [m for n in names for m in modules_for(n)] + ([] if only else pack_modules())
     if not only and pack_modules():
         names = [*names, PACK]
     targets = [str(m.relative_to(LAB_TESTS)) for m in modules]
     fix_names = [n for n in names if n != PACK]
+    contained = base_files is not None
     if dry_run:
         print(f"lay out the pristine and the patched release trees in {keep or 'a temporary folder'}")
-        print(f"{environment()}/bin/python -m pytest -p lab_stubs {' '.join(targets)}  (on each tree)")
+        if contained:
+            print(f"docker run --rm --network=none --user={NOBODY} --cap-drop=ALL --read-only [the lab's Python, "
+                  f"tests/lab and the tree read-only, a scratch folder] {standin.ROOTFS_IMAGE} "
+                  f"python -m pytest -p lab_stubs {' '.join(targets)}  (on each tree)")
+        else:
+            print(f"{environment()}/bin/python -m pytest -p lab_stubs {' '.join(targets)}  (on each tree)")
         if alone:
             print(f"and each fix's modules on a tree with that fix alone (and what it requires): "
                   f"{len(fix_names)} trees")
@@ -368,6 +494,8 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
             print(f"and vllm-gaudi's {UPSTREAM_TESTS} on the patched tree, less the "
                   f"{len(upstream_excluded())} entries of {UPSTREAM_EXCLUDED.name}")
         return None
+    if contained:
+        standin.ensure_rootfs_image()
     with tempfile.TemporaryDirectory(prefix="cookbook-lab.") as tmp:
         trees = lay_out_both(keep or Path(tmp), bool(keep), profile_name, fixes_dir, base_files)
         say(f"fix lab: {len(targets)} module(s) on the pristine and the patched tree"
@@ -376,8 +504,9 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
         # Every run is a pytest process of its own: LAB_WORKERS at a time, the longest first.
         kinds = ("pristine", "patched")
         with ThreadPoolExecutor(LAB_WORKERS) as pool:
-            tree_runs = [pool.submit(run, trees[kind], targets) if targets else None for kind in kinds]
-            upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name)
+            tree_runs = [pool.submit(run, trees[kind], targets, contained=contained) if targets else None
+                         for kind in kinds]
+            upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name, contained)
                             if with_upstream else None)
             # The fix-alone trees go in the temporary folder, even with --keep.
             alone_runs = [pool.submit(run_alone, Path(tmp), n, profile_name, fixes_dir, base_files)

@@ -53,13 +53,20 @@ def unified_diff(rel: str, before: bytes, after: bytes) -> str:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         out = subprocess.run(["git", "diff", "--no-index", "--no-prefix", "--no-color", "--", f"a/{rel}", f"b/{rel}"],
-                             cwd=tmp, capture_output=True, text=True)
+                             cwd=tmp, capture_output=True)
         if out.returncode not in (0, 1):
-            raise FixError(f"git diff failed on {rel}: {out.stderr.strip()}")
+            raise FixError(f"git diff failed on {rel}: {out.stderr.decode(errors='replace').strip()}")
+        try:
+            text = out.stdout.decode("utf-8")
+        except UnicodeDecodeError:
+            text = ""
         # Keep the ---/+++ headers and hunks; drop git's `diff --git` and index lines.
-        lines = out.stdout.splitlines(keepends=True)
-        start = next(i for i, line in enumerate(lines) if line.startswith("--- "))
-        return "".join(lines[start:])
+        lines = text.splitlines(keepends=True)
+        start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), None)
+        if start is None and out.stdout:  # git's "Binary files differ", or bytes that are not UTF-8
+            raise FixError(f"{rel}: no text diff (a binary file, or one that is not UTF-8)",
+                           hint="a fix patches Python sources")
+        return "".join(lines[start:]) if start is not None else ""
 
 
 def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: str = PLACEHOLDER,

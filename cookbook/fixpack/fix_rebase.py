@@ -7,8 +7,9 @@ patch of a fix that differs is written again as the diff between the files befor
 applies to the base's files with no offset, and the fix's pristine sha256 become the base's. The
 candidate is a whole fixes folder (profiles/, every fix, pack.json) under build/fixes-rebase/IMAGE/,
 which the loader reads as it reads fixes/; the fix lab runs on it with the base's files as its
-pristine tree. The accepted pack (fixes/) is never written: the reviewer reads review/ and copies the
-rebased fix folders over by hand.
+pristine tree, and since its tests import those files (the base's code), in a container: never on the
+host, never with the caller's environment (fix_lab.run_contained). The accepted pack (fixes/) is never
+written: the reviewer reads review/ and copies the rebased fix folders over by hand.
 """
 
 from __future__ import annotations

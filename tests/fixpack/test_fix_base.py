@@ -105,13 +105,32 @@ def first_removed_line(spec_name: str, spec: fixes.FixSpec, roots) -> tuple[str,
     return None
 
 
+def base_image(tmp_path_factory, made_images, kind, edit=None) -> str:
+    """An image FROM scratch holding the pack's target files (the pristine ones) and vllm_gaudi's
+    __init__.py as a base's site-packages, `edit(site folder)` applied first; its tag (removed with the
+    session's images)."""
+    profile = fixes.load_profile("v0.26.0")
+    roots = package_roots(profile)
+    ctx = tmp_path_factory.mktemp(f"base-{kind}")
+    site = ctx / "site"
+    for package, path in [*fix_base.targets(fixes.resolve(profile, profile.order)), ("vllm_gaudi", "__init__.py")]:
+        (site / package / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(roots[package] / path, site / package / path)
+    if edit:
+        edit(site)
+    (ctx / "Dockerfile").write_text(f"FROM scratch\nCOPY site/ {SITE}/\n")
+    tag = f"{TEST_REPO}/fix-base-{kind}:test"
+    engine.docker("build", "-q", "-t", tag, str(ctx))
+    made_images.append(tag)
+    return tag
+
+
 @pytest.fixture(scope="module")
 def bases(made_images, upstream_cache, tmp_path_factory):
     """{kind: (image, fix it concerns)} for match, differs, conflict."""
     profile = fixes.load_profile("v0.26.0")
     present = fixes.resolve(profile, profile.order)
     roots = package_roots(profile)
-    wanted = sorted(fix_base.targets(present))
     # a target file only one fix edits: the others still match
     owners = {}
     for n in profile.order:
@@ -121,25 +140,18 @@ def bases(made_images, upstream_cache, tmp_path_factory):
     top, [first] = next((key, names) for key, names in owners.items() if len(names) == 1)
     conflict_fix, conflict = next((n, found) for n in profile.order if n in present
                                   for found in [first_removed_line(n, present[n], roots)] if found)
-    out = {}
-    for kind in ("match", "differs", "conflict"):
-        ctx = tmp_path_factory.mktemp(f"base-{kind}")
-        site = ctx / "site"
-        for package, path in [*wanted, ("vllm_gaudi", "__init__.py")]:
-            (site / package / path).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(roots[package] / path, site / package / path)
-        if kind == "differs":
-            target = site / top[0] / top[1]
-            target.write_text("# added by the base image\n" + target.read_text())
-        if kind == "conflict":
-            package, path, line = conflict
-            target = site / package / path
-            target.write_text(target.read_text().replace(line + "\n", line + "  # changed by the base\n"))
-        (ctx / "Dockerfile").write_text(f"FROM scratch\nCOPY site/ {SITE}/\n")
-        tag = f"{TEST_REPO}/fix-base-{kind}:test"
-        engine.docker("build", "-q", "-t", tag, str(ctx))
-        made_images.append(tag)
-        out[kind] = (tag, {"match": None, "differs": first, "conflict": conflict_fix}[kind])
+    def differs(site):
+        target = site / top[0] / top[1]
+        target.write_text("# added by the base image\n" + target.read_text())
+
+    def conflicts(site):
+        package, path, line = conflict
+        target = site / package / path
+        target.write_text(target.read_text().replace(line + "\n", line + "  # changed by the base\n"))
+
+    out = {kind: (base_image(tmp_path_factory, made_images, kind, edit), fix)
+           for kind, edit, fix in [("match", None, None), ("differs", differs, first),
+                                   ("conflict", conflicts, conflict_fix)]}
     yield out
     for tag, _ in out.values():
         shutil.rmtree(ROOT / "build" / "fixes-verify" / fix_base.slug(tag), ignore_errors=True)
@@ -242,3 +254,56 @@ def test_an_interrupted_check_removes_its_container(bases, sig):
         proc.kill()
     assert proc.returncode != 0
     assert no_container_left(image)
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"import os\n", ""),
+    ("# café\n".encode(), ""),
+    (b"", ""),
+    (b"import os\n\x00\x01", "binary (a NUL byte at offset 10)"),
+    ("# café\n".encode("latin-1"), "not UTF-8 (byte 0xe9 at offset 5)"),
+])
+def test_not_source(data, why):
+    assert fix_base.not_source(data) == why
+
+
+@pytest.fixture(scope="module")
+def odd_bases(made_images, upstream_cache, tmp_path_factory):
+    """{kind: (image, package/path)}: a target file that is binary, not UTF-8, or bigger than any source."""
+    [target] = fixes.load_fix("async-discard-counter").targets
+    [path] = target.files
+    tails = {"binary": b"\x00\x01\x02", "latin1": "# café\n".encode("latin-1"),
+             "huge": b"#\n" * (fix_base.MAX_FILE_BYTES // 2 + 1)}
+
+    def edit(tail):
+        def append(site):
+            with open(site / target.package / path, "ab") as f:
+                f.write(tail)
+        return append
+
+    out = {kind: (base_image(tmp_path_factory, made_images, kind, edit(tail)), f"{target.package}/{path}")
+           for kind, tail in tails.items()}
+    yield out
+    for tag, _ in out.values():  # what a run that did not refuse wrote
+        for folder in ("fixes-verify", "fixes-rebase"):
+            shutil.rmtree(ROOT / "build" / folder / fix_base.slug(tag), ignore_errors=True)
+
+
+@pytest.mark.docker
+@pytest.mark.upstream
+@pytest.mark.parametrize("task", ["fixes.verify", "fixes.rebase"])
+@pytest.mark.parametrize("kind, said", [("binary", "is binary (a NUL byte at offset"),
+                                        ("latin1", "is not UTF-8 (byte 0xe9 at offset"),
+                                        ("huge", "bytes, over the 8388608 a target file may have; not read")])
+def test_a_target_file_that_is_no_source_is_refused(odd_bases, task, kind, said):
+    image, name = odd_bases[kind]
+    lab = ["--no-lab"] if task == "fixes.rebase" else []
+    got = subprocess.run([sys.executable, "-m", "invoke", task, "--base", image, *lab], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert got.returncode == 2, got.stdout + got.stderr
+    assert "Traceback" not in got.stderr
+    error = next(line for line in got.stderr.splitlines() if line.startswith("error: "))
+    assert name in error and said in error, got.stderr
+    assert no_container_left(image)
+    for folder in ("fixes-verify", "fixes-rebase"):
+        assert not (ROOT / "build" / folder / fix_base.slug(image)).exists()  # refused before anything is written

@@ -90,6 +90,58 @@ def test_parse_junit_reads_each_outcome(tmp_path):
         "sub/test_b.py::TestC::test_in_class[1-x]": "passed"}
 
 
+@pytest.mark.parametrize("text", ["<testsuites><testcase", "not xml at all", None])
+def test_parse_junit_reads_nothing_from_a_file_that_is_not_junit(tmp_path, monkeypatch, text):
+    junit = tmp_path / "j.xml"
+    if text is None:  # over the bound: a contained run's tree wrote it
+        monkeypatch.setattr(fix_lab, "JUNIT_LIMIT", 10)
+        text = '<testsuites><testcase classname="t" file="t.py" name="test_x"/></testsuites>'
+    junit.write_text(text)
+    assert fix_lab.parse_junit(junit, tmp_path) == {}
+
+
+SECRETS = {"HF_TOKEN": "hf_x", "HUGGING_FACE_HUB_TOKEN": "hf_y", "AWS_SECRET_ACCESS_KEY": "k",
+           "GITHUB_TOKEN": "g", "DOCKER_CONFIG": "/root/.docker", "SSH_AUTH_SOCK": "/s", "VLLM_X": "1",
+           "PT_HPU_LAZY_MODE": "1", "PYTHONPATH": "/evil", "LD_PRELOAD": "/evil.so"}
+
+
+@pytest.mark.parametrize("environ, want", [
+    ({}, {}),
+    ({"PATH": "/bin", "HOME": "/root", "OMP_NUM_THREADS": "4"},
+     {"PATH": "/bin", "HOME": "/root", "OMP_NUM_THREADS": "4"}),
+    ({**SECRETS, "LANG": "C.UTF-8"}, {"LANG": "C.UTF-8"}),  # an allow-list: what it does not name is dropped
+])
+def test_minimal_env_keeps_only_the_allow_list(environ, want):
+    assert fix_lab.minimal_env(environ) == want
+    assert fix_lab.minimal_env(environ, A="1") == {**want, "A": "1"}
+
+
+def test_lab_env_vars_carry_no_secret_of_the_caller(tmp_path):
+    env = fix_lab.lab_env_vars(tmp_path, environ={**SECRETS, "PATH": "/bin"})
+    assert not set(env) & (set(SECRETS) - {"PT_HPU_LAZY_MODE", "PYTHONPATH"})
+    assert env["PT_HPU_LAZY_MODE"] == "0" and env["PYTHONPATH"].split(":")[0] == str(tmp_path)
+    assert env["PATH"] == "/bin" and env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_a_contained_run_has_no_network_no_root_and_writes_only_its_scratch_folder(tmp_path):
+    mounts = {name: tmp_path / name for name in ("python", "env", "venv", "tree", "lab", "recipes", "out")}
+    argv = fix_lab.contained_argv("img", mounts, fix_lab.IN["lab"], {"A": "1"}, ["-m", "pytest"], "role=lab")
+    image = argv.index("img")
+    options, command = argv[:image], argv[image + 1:]
+    assert argv[:2] == ["run", "--rm"]
+    for want in ["--network=none", f"--user={fix_lab.NOBODY}", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+                 "--read-only", "--env=A=1", f"--workdir={fix_lab.IN['lab']}"]:
+        assert want in options
+    assert not [o for o in options if o.startswith("--env=") and o != "--env=A=1"]  # nothing but what was given
+    volumes = [o.removeprefix("--volume=") for o in options if o.startswith("--volume=")]
+    assert [v for v in volumes if not v.endswith(":ro")] == [f"{tmp_path / 'out'}:{fix_lab.IN['out']}:rw"]
+    assert f"{tmp_path / 'tree'}:{fix_lab.IN['tree']}:ro" in volumes and len(volumes) == len(mounts)
+    # every folder under OPT, where nobody reaches it whatever its host path (a checkout under /root)
+    assert all(v.split(":")[1].startswith(fix_lab.OPT + "/") for v in volumes)
+    assert not [o for o in options if o.startswith(("--privileged", "--network=host", "--pid", "--ipc", "--cap-add"))]
+    assert command == [f"{fix_lab.IN['venv']}/bin/python", "-m", "pytest"]
+
+
 @pytest.mark.parametrize("pristine, patched, problems", [
     ({"t::a": "failed"}, {"t::a": "passed"}, 0),
     ({"t::a": "passed"}, {"t::a": "passed"}, 1),   # cannot show the bug

@@ -5,6 +5,7 @@ files (for that one fix: async-discard-counter, the owner of the file changed, a
 engine run); the conflicting one is reported and exits 1; fixes/ stays byte for byte as it was."""
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from cookbook.host.errors import FAILED, FixError
 from cookbook.host.paths import FIXES, ROOT
 from cookbook.recipe import fixes
 
-from .test_fix_base import bases  # noqa: F401  (the three images, a module fixture)
+from .test_fix_base import base_image, bases  # noqa: F401  (bases: the three images, a module fixture)
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 
@@ -44,9 +45,9 @@ def tree_digest(root):
             for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
-def rebase(*args):
+def rebase(*args, env=None):
     return subprocess.run([sys.executable, "-m", "invoke", "fixes.rebase", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1800)
+                          text=True, timeout=1800, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture
@@ -155,3 +156,44 @@ def test_a_matching_base_needs_nothing_and_dry_run_writes_nothing(bases, out_of,
     refused = rebase("--base", image, "--no-lab")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert (out / "notes.txt").read_text() == "mine"
+
+
+# Appended to a module the lab imports: it leaves a note on the host if it can reach the host's folder,
+# then refuses to go on as root or with the caller's token (the lab's tests then fail on the patched tree).
+SNOOP = """
+import os as _snoop
+try:
+    with open({marker!r}, "w") as _f:
+        _f.write(f"uid {{_snoop.getuid()}}, HF_TOKEN {{'set' if 'HF_TOKEN' in _snoop.environ else 'unset'}}")
+except OSError:
+    pass
+if _snoop.getuid() == 0 or "HF_TOKEN" in _snoop.environ:
+    raise RuntimeError("the base's code ran as root or with the caller's HF_TOKEN")
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.upstream
+def test_the_lab_never_runs_a_bases_code_on_the_host(made_images, tmp_path_factory, tmp_path, accepted_unchanged):
+    fix = "async-discard-counter"
+    [target] = fixes.load_fix(fix).targets
+    [path] = target.files
+    marker = tmp_path / "ran-on-the-host"
+
+    def snoop(site):
+        module = site / target.package / path
+        module.write_text(module.read_text() + SNOOP.format(marker=str(marker)))
+
+    image = base_image(tmp_path_factory, made_images, "snoop", snoop)
+    out = ROOT / "build" / "fixes-rebase" / fix_base.slug(image)
+    try:
+        got = rebase("--base", image, "--lab-fix", fix, env={"HF_TOKEN": "hf_not_a_real_token"})
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    assert not marker.exists(), f"the base's code ran on the host: {marker.read_text()}"
+    # it did run, in the lab's container: its tests failed on the base's files and passed with the
+    # candidate applied, so the module was imported as a non-root user without the token
+    assert got.returncode == 0, got.stdout + got.stderr
+    line = next(x for x in got.stdout.splitlines() if x.strip().startswith(fix + " ") and "failed" in x)
+    [(failed, ran), (passed, ran_too)] = re.findall(r"(\d+)/(\d+) (?:failed|passed)", line)
+    assert failed == ran == passed == ran_too != "0", line
