@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..host import upstream
+from ..host import signals, upstream
 from ..host.errors import CookbookError, UsageError
 from ..host.paths import FIXES, ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
@@ -142,7 +142,7 @@ def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_
         python = environment() / "bin" / "python"
         cmd = [str(python), str(FIXES / "apply_all.py"), "--profile", profile_name, *opt_in, "--site", str(site),
                "--pack", str(Path(tmp) / "pack.json"), "--record", str(site / "fix-record.json"), "--quiet"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **APPLY_ENV})
+        proc = signals.run(cmd, capture_output=True, text=True, env={**os.environ, **APPLY_ENV})
     if proc.returncode != 0:
         what = "the fix pack" if names is None else ", ".join(present)
         raise LabError(f"{what} does not apply to the pristine release in the lab:\n"
@@ -187,14 +187,15 @@ def lab_env_vars(tree: Path) -> dict[str, str]:
 
 def run(tree: Path, targets: list[str], *, cwd: Path = LAB_TESTS, extra: list[str] | None = None,
         timeout: int = 3600) -> Run:
-    """Run pytest in the lab environment on `tree`; outcomes come from pytest's junit XML."""
+    """Run pytest in the lab environment on `tree`; outcomes come from pytest's junit XML. The pytest
+    process and what it starts (an engine's workers) are one process group, killed on an interrupt."""
     python = environment() / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix="cookbook-labrun.") as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab_stubs",
                f"--junitxml={junit}", "-o", "junit_family=xunit1", *(extra or []), *targets]
-        proc = subprocess.run(cmd, cwd=cwd, env=lab_env_vars(tree), capture_output=True, text=True,
-                              timeout=timeout)
+        proc = signals.run(cmd, cwd=cwd, env=lab_env_vars(tree), capture_output=True, text=True,
+                           timeout=timeout)
         outcomes = parse_junit(junit, cwd) if junit.is_file() else {}
     return Run(tree, outcomes, proc.returncode, proc.stdout + proc.stderr)
 
@@ -368,7 +369,9 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
             print(f"and vllm-gaudi's {UPSTREAM_TESTS} on the patched tree, less the "
                   f"{len(upstream_excluded())} entries of {UPSTREAM_EXCLUDED.name}")
         return None
-    with tempfile.TemporaryDirectory(prefix="cookbook-lab.") as tmp:
+    # SIGTERM or Ctrl-C: every pytest's process group is killed, the queued runs are dropped, and the
+    # temporary folder (the trees, unless --keep) removed.
+    with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-lab.") as tmp:
         trees = lay_out_both(keep or Path(tmp), bool(keep), profile_name, fixes_dir, base_files)
         say(f"fix lab: {len(targets)} module(s) on the pristine and the patched tree"
             + (f", {len(fix_names)} fixes each alone on a pristine tree" if alone else "")
@@ -376,16 +379,20 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
         # Every run is a pytest process of its own: LAB_WORKERS at a time, the longest first.
         kinds = ("pristine", "patched")
         with ThreadPoolExecutor(LAB_WORKERS) as pool:
-            tree_runs = [pool.submit(run, trees[kind], targets) if targets else None for kind in kinds]
-            upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name)
-                            if with_upstream else None)
-            # The fix-alone trees go in the temporary folder, even with --keep.
-            alone_runs = [pool.submit(run_alone, Path(tmp), n, profile_name, fixes_dir, base_files)
-                          for n in (fix_names if alone else [])]
-            runs = [f.result() if f else Run(trees[kind]) for f, kind in zip(tree_runs, kinds, strict=True)]
-            report = Report(verdicts(runs[0], runs[1], names), runs=tuple(runs),
-                            alone=[f.result() for f in alone_runs],
-                            upstream=upstream_run.result() if upstream_run else None)
+            try:
+                tree_runs = [pool.submit(run, trees[kind], targets) if targets else None for kind in kinds]
+                upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name)
+                                if with_upstream else None)
+                # The fix-alone trees go in the temporary folder, even with --keep.
+                alone_runs = [pool.submit(run_alone, Path(tmp), n, profile_name, fixes_dir, base_files)
+                              for n in (fix_names if alone else [])]
+                runs = [f.result() if f else Run(trees[kind]) for f, kind in zip(tree_runs, kinds, strict=True)]
+                report = Report(verdicts(runs[0], runs[1], names), runs=tuple(runs),
+                                alone=[f.result() for f in alone_runs],
+                                upstream=upstream_run.result() if upstream_run else None)
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)  # the running ones end with their killed group
+                raise
     return report
 
 
@@ -452,8 +459,8 @@ def host_syncs(tree: Path, args: tuple[str, ...] = COST_ARGS, timeout: int = 900
     python = environment() / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:
         out = Path(tmp) / "figures.json"
-        proc = subprocess.run([str(python), str(HOSTSYNC), "--out", str(out), *args], cwd=LAB_TESTS,
-                              env=lab_env_vars(tree), capture_output=True, text=True, timeout=timeout)
+        proc = signals.run([str(python), str(HOSTSYNC), "--out", str(out), *args], cwd=LAB_TESTS,
+                           env=lab_env_vars(tree), capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not out.is_file():
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
             raise LabError(f"the host-sync counter failed on the {tree.name} tree:\n{tail}")
@@ -513,7 +520,7 @@ class Cost:
 def cost(keep: Path | None = None, args: tuple[str, ...] = COST_ARGS, profile_name: str = "v0.26.0",
          fixes_dir: Path | None = None) -> Cost:
     """`invoke fixes.cost`: both trees (in `keep`, or a temporary folder), the counter on each."""
-    with tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:
+    with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:
         figures = {}
         for kind, tree in lay_out_both(keep or Path(tmp), bool(keep), profile_name, fixes_dir).items():
             say(f"fix lab: counting host syncs per steady decode step on the {kind} tree")
