@@ -47,7 +47,7 @@ TASK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_an_interrupt_kills_the_childs_whole_group_from_any_thread(sig):
     marker = uuid.uuid4().hex
     proc = subprocess.Popen([sys.executable, "-c", TASK, marker], cwd=ROOT, stdout=subprocess.PIPE,
