@@ -361,6 +361,7 @@ def weights_record(loaded: LoadedRecipe, log_dir: Path) -> Path:
     return log_dir / f"weights-{loaded.id}.json"
 
 
+@signals.interruptible()  # the weights step too: SIGTERM ends a download as Ctrl-C does, without a traceback
 def serve(loaded: LoadedRecipe, spec: RunSpec, log_dir: Path, timeout_s: float, dry_run: bool,
           fetch: bool = True) -> Running | None:
     """`invoke serve`: the recipe's model into the host's cache first (the weights step; `fetch=False` for
