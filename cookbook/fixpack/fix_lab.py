@@ -17,7 +17,6 @@ import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -369,8 +368,8 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
             print(f"and vllm-gaudi's {UPSTREAM_TESTS} on the patched tree, less the "
                   f"{len(upstream_excluded())} entries of {UPSTREAM_EXCLUDED.name}")
         return None
-    # SIGTERM or Ctrl-C: every pytest's process group is killed, the queued runs are dropped, and the
-    # temporary folder (the trees, unless --keep) removed.
+    # SIGTERM or Ctrl-C: every pytest's process group is killed and the temporary folder (the trees,
+    # unless --keep) removed.
     with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-lab.") as tmp:
         trees = lay_out_both(keep or Path(tmp), bool(keep), profile_name, fixes_dir, base_files)
         say(f"fix lab: {len(targets)} module(s) on the pristine and the patched tree"
@@ -378,21 +377,17 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
             + (", upstream's unit tests on the patched tree" if with_upstream else ""))
         # Every run is a pytest process of its own: LAB_WORKERS at a time, the longest first.
         kinds = ("pristine", "patched")
-        with ThreadPoolExecutor(LAB_WORKERS) as pool:
-            try:
-                tree_runs = [pool.submit(run, trees[kind], targets) if targets else None for kind in kinds]
-                upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name)
-                                if with_upstream else None)
-                # The fix-alone trees go in the temporary folder, even with --keep.
-                alone_runs = [pool.submit(run_alone, Path(tmp), n, profile_name, fixes_dir, base_files)
-                              for n in (fix_names if alone else [])]
-                runs = [f.result() if f else Run(trees[kind]) for f, kind in zip(tree_runs, kinds, strict=True)]
-                report = Report(verdicts(runs[0], runs[1], names), runs=tuple(runs),
-                                alone=[f.result() for f in alone_runs],
-                                upstream=upstream_run.result() if upstream_run else None)
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)  # the running ones end with their killed group
-                raise
+        with signals.pool(LAB_WORKERS) as pool:  # on an interrupt the queued runs are dropped
+            tree_runs = [pool.submit(run, trees[kind], targets) if targets else None for kind in kinds]
+            upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name)
+                            if with_upstream else None)
+            # The fix-alone trees go in the temporary folder, even with --keep.
+            alone_runs = [pool.submit(run_alone, Path(tmp), n, profile_name, fixes_dir, base_files)
+                          for n in (fix_names if alone else [])]
+            runs = [f.result() if f else Run(trees[kind]) for f, kind in zip(tree_runs, kinds, strict=True)]
+            report = Report(verdicts(runs[0], runs[1], names), runs=tuple(runs),
+                            alone=[f.result() for f in alone_runs],
+                            upstream=upstream_run.result() if upstream_run else None)
     return report
 
 

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -72,6 +73,18 @@ def interruptible() -> Iterator[None]:
             _interrupted = False
         for s, h in before.items():
             signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def pool(workers: int) -> Iterator[ThreadPoolExecutor]:
+    """A thread pool whose queued jobs are dropped when the block raises (an interrupt); the running ones
+    end as their children's groups are killed, and the block waits for them."""
+    with ThreadPoolExecutor(workers) as executor:
+        try:
+            yield executor
+        except BaseException:
+            executor.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _register(proc: subprocess.Popen) -> None:

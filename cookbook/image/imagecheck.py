@@ -81,6 +81,9 @@ def evidence_path(image_id: str) -> Path:
     return cache_dir() / "evidence" / image_id.replace("sha256:", "") / "image-checks.json"
 
 
+# SIGTERM or Ctrl-C: the checks' pytest group is killed, and the `finally` below removes the container by
+# id and every container of this run found by its label (one whose creation was cut short has no id here).
+@signals.interruptible()
 def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = False) -> Result | None:
     if dry_run:
         print(f"docker run -d --network none --entrypoint sleep {image} infinity")
@@ -96,33 +99,28 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
     labels = {"cookbook.image-check": loaded.id, "cookbook.container": "image-check", "cookbook.recipe": loaded.id,
               RUN_LABEL: run_id}
     # By id, not by name: the name may be re-pointed meanwhile, and the evidence is filed under this id.
-    # On SIGTERM or Ctrl-C (signals.interruptible) the pytest child's process group is killed, the
-    # container removed by id and every container of this run found by its label (one whose creation
-    # was cut short has no id here yet), and the temporary folder removed.
     container = None
-    with signals.interruptible():
-        try:
-            container = engine.sdk().containers.run(image_id, entrypoint=["sleep"], command=["infinity"],
-                                                    detach=True, network_mode="none", labels=labels)
-            with tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
-                expect_file = Path(tmp) / "expect.json"
-                expect_file.write_text(json.dumps(expect, indent=2))
-                report_file = Path(tmp) / "report.json"
-                started = time.time()
-                say(f"checking {image} ({image_id[:19]}) for recipe {loaded.id} in container {container.short_id}")
-                args = [str(CHECKS), f"--hosts=docker://{container.id}", f"--cookbook-expect={expect_file}",
-                        f"--cookbook-report={report_file}", "-p", "no:cacheprovider", "-c", str(CHECKS / "pytest.ini"),
-                        "--rootdir", str(CHECKS), "-rfEs"]
-                # The checks' own docker calls use the client the cookbook chose (engine.py); testinfra's
-                # docker backend calls `docker` from PATH, which only needs `exec`.
-                env = {**engine.client().env(), "COOKBOOK_DOCKER_CLI": engine.client().path,
-                       "COOKBOOK_CHECK_RUN": run_id}
-                proc = signals.run([sys.executable, "-m", "pytest", *args], env=env)
-                checks = json.loads(report_file.read_text()) if report_file.is_file() else []
-        finally:
-            if container is not None:
-                container.remove(force=True)
-            sweep(run_id)
+    try:
+        container = engine.sdk().containers.run(image_id, entrypoint=["sleep"], command=["infinity"], detach=True,
+                                                network_mode="none", labels=labels)
+        with tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
+            expect_file = Path(tmp) / "expect.json"
+            expect_file.write_text(json.dumps(expect, indent=2))
+            report_file = Path(tmp) / "report.json"
+            started = time.time()
+            say(f"checking {image} ({image_id[:19]}) for recipe {loaded.id} in container {container.short_id}")
+            args = [str(CHECKS), f"--hosts=docker://{container.id}", f"--cookbook-expect={expect_file}",
+                    f"--cookbook-report={report_file}", "-p", "no:cacheprovider", "-c", str(CHECKS / "pytest.ini"),
+                    "--rootdir", str(CHECKS), "-rfEs"]
+            # The checks' own docker calls use the client the cookbook chose (engine.py); testinfra's
+            # docker backend calls `docker` from PATH, which only needs `exec`.
+            env = {**engine.client().env(), "COOKBOOK_DOCKER_CLI": engine.client().path, "COOKBOOK_CHECK_RUN": run_id}
+            proc = signals.run([sys.executable, "-m", "pytest", *args], env=env)
+            checks = json.loads(report_file.read_text()) if report_file.is_file() else []
+    finally:
+        if container is not None:
+            container.remove(force=True)
+        sweep(run_id)
     report = {
         "kind": "image-checks",
         "image": image,

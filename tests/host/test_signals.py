@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import pytest
@@ -92,3 +93,13 @@ def test_run_returns_what_subprocess_run_returns():
     with pytest.raises(subprocess.CalledProcessError):
         signals.run(["false"], check=True)
     assert signals.run(["cat"], input=b"in", capture_output=True).stdout == b"in"
+
+
+def test_a_pool_drops_its_queued_jobs_when_the_block_raises():
+    ran = []
+    with pytest.raises(RuntimeError):
+        with signals.pool(1) as pool:
+            pool.submit(time.sleep, 0.5)
+            later = pool.submit(ran.append, 1)
+            raise RuntimeError("interrupted")
+    assert later.cancelled() and ran == []
