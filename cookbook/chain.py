@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .host import signals
 from .host.errors import CheckFailure, CookbookError, UsageError
 from .host.paths import ROOT, fixes_dir
 from .host.progress import say
@@ -228,7 +229,7 @@ class Chain:
             self.outcomes.append(Outcome(name, FAILED, str(exc).splitlines()[0]))
             self._save(name, FAILED)
             return False
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM inside the server's block (serve.sigterm_as_ctrl_c)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (run is signals.interruptible)
             self.outcomes.append(Outcome(name, FAILED, "interrupted"))
             self._save(name, FAILED)
             raise
@@ -363,6 +364,7 @@ class Chain:
                                   results.load(self.loaded.id, "bench", root))
 
 
+@signals.interruptible()  # SIGTERM as Ctrl-C in every step: each cleans up, the chain returns, the summary is written
 def run(loaded: LoadedRecipe, opts: Options) -> Chain:
     """The whole chain; the container serve starts is removed when smoke and bench end, whatever happens
     (serve.container: failure, Ctrl-C, SIGTERM)."""

@@ -356,6 +356,63 @@ def test_sigterm_during_smoke_stops_the_server_and_says_where_it_stopped(cpu_rec
     assert chain.load_state(out / "state.json")["smoke"]["status"] == "failed"
 
 
+def _checks_container(found: dict[int, str]) -> str:
+    """The container the image checks' pytest was pointed at, once that pytest runs."""
+    hosts = [c.split("--hosts=docker://")[1].split()[0] for c in found.values() if " -m pytest " in c]
+    return hosts[0] if hosts else ""
+
+
+def _build_client(found: dict[int, str]) -> str:
+    """The `docker build` client, once it runs (its --iidfile is in the task's TMPDIR)."""
+    return next((c for c in found.values() if " build " in c and "--iidfile" in c), "")
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("step, running", [("build", _build_client), ("test", _checks_container)])
+def test_sigterm_in_a_step_cleans_up_and_writes_the_summary(cpu_recipe, made_images, tmp_path, step, running):
+    """SIGTERM while the chain's build or test step runs its child (the `docker build` client; the image
+    checks' pytest and their container): those are gone, the temporary folder is empty, and the summary
+    says the chain was interrupted there (or at the next step, when a cached build ended first)."""
+    import signal
+    import uuid
+
+    from cookbook.host import engine
+    from cookbook.image import imagecheck
+
+    from . import interrupts
+
+    name = f"cookbook-test-chain-{uuid.uuid4().hex[:8]}"
+    out, tmp = tmp_path / "verify", tmp_path / "tmp"
+    cmd, env = chain_command(cpu_recipe, name, out, tmp_path / "results")
+    at = cmd.index("--skip")
+    args = cmd[3:at] + cmd[at + 2:]  # after `python -m invoke`; the test step runs this time
+    proc = interrupts.start(tmp, *args, env={"COOKBOOK_FIXES_DIR": env["COOKBOOK_FIXES_DIR"]})
+    run_id = ""
+    try:
+        child = interrupts.wait_for(lambda: running(interrupts.processes_naming(str(tmp))), proc, 900, step)
+        if step == "test":
+            labels = json.loads(engine.docker("inspect", child).stdout)[0]["Config"]["Labels"]
+            run_id = labels[imagecheck.RUN_LABEL]
+        stdout, stderr = interrupts.interrupt(proc, signal.SIGTERM, timeout=120)
+        made_images.extend(built_tags(out))
+        assert proc.returncode == 1, stderr[-3000:]
+        assert "Traceback" not in stderr
+        assert interrupts.processes_naming(str(tmp)) == {}
+        assert sorted(p.name for p in tmp.iterdir()) == []
+        left = engine.docker("ps", "--all", "--quiet", "--filter", f"label={imagecheck.RUN_LABEL}={run_id}")
+        assert not run_id or left.stdout.split() == []
+        summary = (out / "summary.txt").read_text().splitlines()
+        stopped = [line.split()[0] for line in summary if line.endswith("failed       interrupted")]
+        assert stopped in ([step], ["test"]) and f"FAILED at {stopped[0]}" in summary, summary
+        assert "serve     not run" in summary and summary == stdout.splitlines()[-len(summary):]
+        assert chain.load_state(out / "state.json")[stopped[0]]["status"] == "failed"
+    finally:
+        proc.kill()
+        interrupts.kill_left(str(tmp))
+        if run_id:
+            imagecheck.sweep(run_id)
+
+
 def test_cpu_figures_of_a_gaudi_recipe_never_go_where_the_pages_read(tmp_path, monkeypatch):
     """The results step refuses to copy a CPU run of a Gaudi recipe into results/ (what `invoke docs` publishes);
     into a folder of the run's own (--results) it may go, labelled as CPU figures there."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from ..host import signals
 from ..host.errors import CookbookError
 from ..host.paths import ROOT
 from ..host.progress import say
@@ -35,7 +36,7 @@ def command(recipe_path: Path, out: Path) -> list[str]:
 
 def compute(loaded: recipes.LoadedRecipe, profile: str, timeout: int = 1800) -> dict:
     """The figures, on a patched tree laid out for this run (the pack as an image build applies it)."""
-    with tempfile.TemporaryDirectory(prefix="cookbook-capacity.") as tmp:
+    with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-capacity.") as tmp:
         tree = fix_lab.make_tree(Path(tmp) / "patched", profile, patched=True)
         out = Path(tmp) / FILENAME
         merged = Path(tmp) / "recipe.yaml"  # what it extends, merged in: the lab reads one document
@@ -43,8 +44,8 @@ def compute(loaded: recipes.LoadedRecipe, profile: str, timeout: int = 1800) -> 
         say(f"capacity lab: {loaded.rel_path} at its own geometry, stock and with the pack (about 2 minutes on "
             "2 cores)")
         try:
-            proc = subprocess.run(command(merged, out), cwd=fix_lab.LAB_TESTS, env=fix_lab.lab_env_vars(tree),
-                                  capture_output=True, text=True, timeout=timeout)
+            proc = signals.run(command(merged, out), cwd=fix_lab.LAB_TESTS, env=fix_lab.lab_env_vars(tree),
+                               capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise CapacityError(f"the capacity lab did not finish in {timeout} s on {loaded.rel_path}") from None
         if proc.returncode != 0 or not out.is_file():

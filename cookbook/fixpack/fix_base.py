@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..host import engine, outdir
+from ..host import engine, outdir, signals
 from ..host.errors import FAILED, PACK_DIFFERS, EngineError, UpstreamError, UsageError, printable
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
@@ -115,10 +115,10 @@ def slug(image: str) -> str:
 def created(image: str) -> Iterator[str]:
     """A container of `image` that is never started, for the length of the block, removed by its id
     afterwards; its id comes from --cidfile, so one interrupted while being made is removed too."""
-    from ..prove.serve import CONTAINER_LABEL, remove, sigterm_as_ctrl_c
+    from ..prove.serve import CONTAINER_LABEL, remove
 
     cid = ""
-    with sigterm_as_ctrl_c(), tempfile.TemporaryDirectory(prefix="cookbook-verify-base.") as tmp:
+    with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-verify-base.") as tmp:
         cidfile = Path(tmp) / "cid"
         try:
             # A command is given so that an image without CMD can be created; it is never run.

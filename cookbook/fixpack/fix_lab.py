@@ -17,11 +17,10 @@ import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..host import paths, upstream
+from ..host import paths, signals, upstream
 from ..host.errors import CookbookError, UsageError
 from ..host.paths import FIXES, ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
@@ -142,7 +141,7 @@ def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_
         python = environment() / "bin" / "python"
         cmd = [str(python), str(FIXES / "apply_all.py"), "--profile", profile_name, *opt_in, "--site", str(site),
                "--pack", str(Path(tmp) / "pack.json"), "--record", str(site / "fix-record.json"), "--quiet"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=minimal_env(os.environ, **APPLY_ENV))
+        proc = signals.run(cmd, capture_output=True, text=True, env=minimal_env(os.environ, **APPLY_ENV))
     if proc.returncode != 0:
         what = "the fix pack" if names is None else ", ".join(present)
         raise LabError(f"{what} does not apply to the pristine release in the lab:\n"
@@ -198,7 +197,8 @@ def lab_env_vars(tree: Path, stubs: Path = STUBS, environ: dict[str, str] | None
 def run(tree: Path, targets: list[str], *, cwd: Path = LAB_TESTS, extra: list[str] | None = None,
         timeout: int = 3600, contained: bool = False) -> Run:
     """Run pytest in the lab environment on `tree`; outcomes come from pytest's junit XML. `contained`:
-    in a container (a base's files are in the tree: see `run_contained`), else a host process."""
+    in a container (a base's files are in the tree: see `run_contained`), else a host process. The pytest
+    process and what it starts (an engine's workers) are one process group, killed on an interrupt."""
     env_dir = environment()
     with tempfile.TemporaryDirectory(prefix="cookbook-labrun.") as tmp:
         out = Path(tmp) / "out"
@@ -207,7 +207,7 @@ def run(tree: Path, targets: list[str], *, cwd: Path = LAB_TESTS, extra: list[st
         if contained:
             proc = run_contained(env_dir, tree, cwd, out, args, timeout)
         else:
-            proc = subprocess.run([str(env_dir / "bin" / "python"), *pytest_args(out / JUNIT, args)], cwd=cwd,
+            proc = signals.run([str(env_dir / "bin" / "python"), *pytest_args(out / JUNIT, args)], cwd=cwd,
                                   env=lab_env_vars(tree), capture_output=True, text=True, timeout=timeout)
         outcomes = parse_junit(out / JUNIT, cwd) if (out / JUNIT).is_file() else {}
     return Run(tree, outcomes, proc.returncode, proc.stdout + proc.stderr)
@@ -296,7 +296,7 @@ def run_contained(env_dir: Path, tree: Path, cwd: Path, out: Path, args: list[st
                           f"{CONTAINER_LABEL}={CONTAINED_ROLE}")
     c = engine.client()
     try:
-        proc = subprocess.run([c.path, argv[0], f"--cidfile={cidfile}", *argv[1:]], env=c.env(),
+        proc = signals.run([c.path, argv[0], f"--cidfile={cidfile}", *argv[1:]], env=c.env(),
                               capture_output=True, text=True, errors="replace", timeout=timeout)
     finally:  # --rm removes it when it ends; a timeout or an interrupt ends only the client
         if cidfile.is_file() and cidfile.read_text().strip():
@@ -496,14 +496,16 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
         return None
     if contained:
         standin.ensure_rootfs_image()
-    with tempfile.TemporaryDirectory(prefix="cookbook-lab.") as tmp:
+    # SIGTERM or Ctrl-C: every pytest's process group is killed and the temporary folder (the trees,
+    # unless --keep) removed.
+    with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-lab.") as tmp:
         trees = lay_out_both(keep or Path(tmp), bool(keep), profile_name, fixes_dir, base_files)
         say(f"fix lab: {len(targets)} module(s) on the pristine and the patched tree"
             + (f", {len(fix_names)} fixes each alone on a pristine tree" if alone else "")
             + (", upstream's unit tests on the patched tree" if with_upstream else ""))
         # Every run is a pytest process of its own: LAB_WORKERS at a time, the longest first.
         kinds = ("pristine", "patched")
-        with ThreadPoolExecutor(LAB_WORKERS) as pool:
+        with signals.pool(LAB_WORKERS) as pool:  # on an interrupt the queued runs are dropped
             tree_runs = [pool.submit(run, trees[kind], targets, contained=contained) if targets else None
                          for kind in kinds]
             upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name, contained)
@@ -581,8 +583,8 @@ def host_syncs(tree: Path, args: tuple[str, ...] = COST_ARGS, timeout: int = 900
     python = environment() / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:
         out = Path(tmp) / "figures.json"
-        proc = subprocess.run([str(python), str(HOSTSYNC), "--out", str(out), *args], cwd=LAB_TESTS,
-                              env=lab_env_vars(tree), capture_output=True, text=True, timeout=timeout)
+        proc = signals.run([str(python), str(HOSTSYNC), "--out", str(out), *args], cwd=LAB_TESTS,
+                           env=lab_env_vars(tree), capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not out.is_file():
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
             raise LabError(f"the host-sync counter failed on the {tree.name} tree:\n{tail}")
@@ -642,7 +644,7 @@ class Cost:
 def cost(keep: Path | None = None, args: tuple[str, ...] = COST_ARGS, profile_name: str = "v0.26.0",
          fixes_dir: Path | None = None) -> Cost:
     """`invoke fixes.cost`: both trees (in `keep`, or a temporary folder), the counter on each."""
-    with tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:
+    with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:
         figures = {}
         for kind, tree in lay_out_both(keep or Path(tmp), bool(keep), profile_name, fixes_dir).items():
             say(f"fix lab: counting host syncs per steady decode step on the {kind} tree")

@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from . import signals
 from .errors import EngineError, printable
 from .paths import ROOT
 from .progress import line
@@ -71,7 +72,7 @@ def docker(*args: str, check: bool = True, capture: bool = True, timeout: float 
            ) -> subprocess.CompletedProcess:
     c = client()
     try:
-        out = subprocess.run([c.path, *args], capture_output=capture, text=True, env=c.env(), timeout=timeout)
+        out = signals.run([c.path, *args], capture_output=capture, text=True, env=c.env(), timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise EngineError(f"`docker {' '.join(args)}` did not answer within {timeout:.0f}s") from exc
     if check and out.returncode != 0:
@@ -83,12 +84,14 @@ def stream(*args: str, keep: int = 15) -> tuple[int, list[str]]:
     """Run `docker ARGS` with its output passed through line by line (builds are long): (exit code,
     the last `keep` lines, for the error message)."""
     c = client()
-    proc = subprocess.Popen([c.path, *args], env=c.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tail: list[str] = []
-    for out in proc.stdout:
-        line(out)
-        tail = (tail + [out.rstrip()])[-keep:]
-    return proc.wait(), tail
+    # Its own process group, killed on an interrupt: the engine cancels a build whose client is gone.
+    with signals.popen([c.path, *args], env=c.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True) as proc:
+        for out in proc.stdout:
+            line(out)
+            tail = (tail + [out.rstrip()])[-keep:]
+    return proc.returncode, tail
 
 
 def require_daemon() -> None:

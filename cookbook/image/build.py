@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..host import engine
+from ..host import engine, signals
 from ..host.errors import BuildError, EngineError, PullError
 from ..host.progress import say
 from .render import Base
@@ -100,7 +100,9 @@ def verify_hint(tail: list[str], base_ref: str) -> str | None:
 
 def build(context: Path, tags: list[str], base: Base, labels: dict[str, str] | None = None) -> Built:
     c = engine.client()
-    with tempfile.TemporaryDirectory(prefix="cookbook-build.") as tmp:
+    # SIGTERM or Ctrl-C: the `docker build` client's process group is killed (the engine cancels a build
+    # whose client is gone) and no tag is set.
+    with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-build.") as tmp:
         iidfile = Path(tmp) / "iid"
         say(f"building {context.name} with {c.path} {c.version} "
             f"({'BuildKit' if c.buildkit else 'legacy builder'})")

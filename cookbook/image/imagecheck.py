@@ -5,7 +5,6 @@ backend, always removes the container, and writes the result as evidence tied to
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -13,8 +12,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..host import engine
-from ..host.errors import CheckFailure, EngineError
+from ..host import engine, signals
+from ..host.errors import CheckFailure
 from ..host.paths import cache_dir
 from ..host.progress import say
 from ..recipe.fixes import fixplan
@@ -82,6 +81,9 @@ def evidence_path(image_id: str) -> Path:
     return cache_dir() / "evidence" / image_id.replace("sha256:", "") / "image-checks.json"
 
 
+# SIGTERM or Ctrl-C: the checks' pytest group is killed, and the `finally` below removes the container by
+# id and every container of this run found by its label (one whose creation was cut short has no id here).
+@signals.interruptible()
 def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = False) -> Result | None:
     if dry_run:
         print(f"docker run -d --network none --entrypoint sleep {image} infinity")
@@ -97,14 +99,10 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
     labels = {"cookbook.image-check": loaded.id, "cookbook.container": "image-check", "cookbook.recipe": loaded.id,
               RUN_LABEL: run_id}
     # By id, not by name: the name may be re-pointed meanwhile, and the evidence is filed under this id.
-    try:
+    try:  # created inside: an interrupt or a failed start still sweeps it by this run's label
         with engine.sdk_errors(f"the image-check container of {image} did not start"):
             container = engine.sdk().containers.run(image_id, entrypoint=["sleep"], command=["infinity"],
                                                     detach=True, network_mode="none", labels=labels)
-    except EngineError:
-        sweep(run_id)  # created but not started: it carries this run's label
-        raise
-    try:
         with tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
             expect_file = Path(tmp) / "expect.json"
             expect_file.write_text(json.dumps(expect, indent=2))
@@ -117,7 +115,7 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
             # The checks' own docker calls use the client the cookbook chose (engine.py); testinfra's
             # docker backend calls `docker` from PATH, which only needs `exec`.
             env = {**engine.client().env(), "COOKBOOK_DOCKER_CLI": engine.client().path, "COOKBOOK_CHECK_RUN": run_id}
-            proc = subprocess.run([sys.executable, "-m", "pytest", *args], env=env)
+            proc = signals.run([sys.executable, "-m", "pytest", *args], env=env)
             checks = json.loads(report_file.read_text()) if report_file.is_file() else []
     finally:
         sweep(run_id)  # by label: this container and any a check started

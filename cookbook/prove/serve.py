@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..host import engine, grammar
+from ..host import engine, grammar, signals
 from ..host.errors import CheckFailure, UsageError, printable
 from ..host.progress import console, say
 from ..recipe.recipes import LoadedRecipe
@@ -297,27 +297,6 @@ def tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-@contextlib.contextmanager
-def sigterm_as_ctrl_c() -> Iterator[None]:
-    """SIGTERM (a CI cancel, `timeout`, `kill`) raises KeyboardInterrupt while the block runs, so the same
-    clean-up as Ctrl-C runs (its default action ends the process at once and leaves the container up)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    before = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
-
-
 def launch(spec: RunSpec) -> str:
     """`docker run` the container; its id. The id comes from --cidfile, written as soon as the container
     is created: a run that fails or is interrupted after that removes its own container, and one that
@@ -368,7 +347,7 @@ def container(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_
     """A healthy container for the length of the block, ALWAYS removed after it (by the id this run
     created): on success, on a server that never becomes healthy, on an error, on Ctrl-C and on SIGTERM."""
     cid, follower = "", None
-    with sigterm_as_ctrl_c():
+    with signals.interruptible():
         try:
             cid = launch(spec)
             running, follower = await_healthy(spec, cid, log_path, timeout_s)
@@ -414,6 +393,7 @@ def weights_record(loaded: LoadedRecipe, log_dir: Path) -> Path:
     return log_dir / f"weights-{loaded.id}.json"
 
 
+@signals.interruptible()  # the weights step too: SIGTERM ends a download as Ctrl-C does, without a traceback
 def serve(loaded: LoadedRecipe, spec: RunSpec, log_dir: Path, timeout_s: float, dry_run: bool,
           fetch: bool = True) -> Running | None:
     """`invoke serve`: the recipe's model into the host's cache first (the weights step; `fetch=False` for
@@ -431,7 +411,7 @@ def serve(loaded: LoadedRecipe, spec: RunSpec, log_dir: Path, timeout_s: float, 
         say(f"weights: {weights.step(loaded, spec.hf_cache, weights_record(loaded, log_dir)).detail}")
     log_path = log_dir / f"{spec.name}.log"
     cid = ""
-    with sigterm_as_ctrl_c():
+    with signals.interruptible():
         try:
             cid = launch(spec)
             running, _ = await_healthy(spec, cid, log_path, timeout_s)  # its follower keeps the log

@@ -454,7 +454,7 @@ def fetch(repo_id: str, hf_cache: str, out: Path, revision: str = REVISION) -> R
     import httpx2
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    from .serve import sigterm_as_ctrl_c
+    from ..host import signals
 
     clock, base = _Clock(deadline_s()), endpoint()
     tok, via = token()
@@ -466,7 +466,7 @@ def fetch(repo_id: str, hf_cache: str, out: Path, revision: str = REVISION) -> R
     if tok:
         headers["Authorization"] = f"Bearer {tok}"  # httpx drops it on a redirect to another host
     # SIGTERM (a CI cancel) as Ctrl-C: the partial file of the download under way is removed
-    with sigterm_as_ctrl_c(), _hard_deadline(clock), \
+    with signals.interruptible(), _hard_deadline(clock), \
             httpx2.Client(headers=headers, follow_redirects=True, max_redirects=5) as client:
         info = _info(client, f"{base}/api/models/{repo_id}/revision/{quote(revision, safe='')}?blobs=True",
                      repo_id, via, clock)

@@ -4,11 +4,14 @@ one, with vllm-gaudi's own unit tests still passing on the patched tree."""
 
 from __future__ import annotations
 
+import signal
 import textwrap
 
 import pytest
 
 from cookbook.fixpack import fix_lab
+
+from .. import interrupts
 
 WRITTEN = fix_lab.written_fixes()
 VERDICTS = WRITTEN + ([fix_lab.PACK] if fix_lab.pack_modules() else [])
@@ -232,3 +235,31 @@ def test_upstream_excluded_refuses_an_entry_without_a_reason(tmp_path):
     path.write_text("# header\n\ntests/unit_tests/a.py\n")
     with pytest.raises(fix_lab.LabError, match=r"excluded.txt:3: tests/unit_tests/a.py has no reason"):
         fix_lab.upstream_excluded(path)
+
+
+# --- SIGTERM and Ctrl-C: the lab's pytest processes end with it, and its trees go --------------------
+
+# Long enough for a lab pytest to go on running (it imports the release and CPU torch first), short
+# against its 3,600 s timeout: a lab that ends only when its pytests end fails here.
+ENDS_WITHIN_S = 20
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)  # kill, CI; Ctrl-C
+def test_an_interrupted_lab_leaves_no_pytest_running_and_no_tree(fix_lab_env, upstream_cache, tmp_path, sig):
+    """`invoke fixes.lab` for one fix, signalled as soon as both its pytest processes (pristine and patched
+    tree) run: they are gone with it, and so is its temporary folder with the two trees."""
+    tmp = tmp_path / "tmp"  # the task's TMPDIR: its trees, and every lab pytest's command line, name it
+
+    def pytests() -> dict[int, str]:
+        return {p: c for p, c in interrupts.processes_naming(str(tmp)).items() if " -m pytest " in c}
+
+    proc = interrupts.start(tmp, "fixes.lab", "--fix", "prompt-order")
+    try:
+        interrupts.wait_for(lambda: len(pytests()) == 2, proc, 600, "two lab pytest processes")
+        interrupts.interrupt(proc, sig, timeout=ENDS_WITHIN_S)
+        assert proc.returncode == 1  # invoke's exit on KeyboardInterrupt
+        assert interrupts.processes_naming(str(tmp)) == {}
+        assert sorted(p.name for p in tmp.iterdir()) == []
+    finally:
+        proc.kill()
+        interrupts.kill_left(str(tmp))

@@ -203,3 +203,51 @@ def test_a_base_with_other_target_files_fails_the_build_naming_fixes_verify(made
     with pytest.raises(BuildError) as err:
         steps.build_recipe(str(recipe), repo=TEST_REPO)
     assert err.value.hint == f"check the pack against the base: invoke fixes.verify --base {image}", str(err.value)
+
+
+BUILDS = """
+import sys
+from pathlib import Path
+from cookbook.image import build
+from cookbook.image.render import Base
+build.build(Path(sys.argv[1]), [sys.argv[2]], Base("scratch", None, True, "3.11", "/x"))
+"""
+
+
+def test_sigterm_during_a_build_stops_it_and_sets_no_tag(docker_engine, tmp_path):
+    """The library entry `invoke build` calls, signalled while a RUN step runs: the `docker build` client's
+    group is killed, the engine then cancels the step (nothing runs on), no tag is set and the temporary
+    folder is gone."""
+    import os
+    import signal
+    import sys
+    import uuid
+
+    from .. import interrupts
+
+    if not engine.image_exists(standin.ROOTFS_IMAGE):
+        standin.ensure_rootfs_image()
+    marker = uuid.uuid4().hex
+    ctx, tmp = tmp_path / "ctx", tmp_path / "tmp"
+    ctx.mkdir()
+    tmp.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {standin.ROOTFS_IMAGE}\nRUN sleep 300 # {marker}\n")
+    tag = f"{TEST_REPO}/interrupted-build:never"
+    proc = subprocess.Popen([sys.executable, "-c", BUILDS, str(ctx), tag], cwd=Path(__file__).parents[2],
+                            env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        interrupts.wait_for(lambda: interrupts.processes_naming(marker), proc, 120, "RUN step")
+        interrupts.interrupt(proc, signal.SIGTERM, timeout=30)
+        assert proc.returncode != 0
+        assert interrupts.processes_naming(str(tmp)) == {}  # the docker build client
+        deadline = time.monotonic() + 30  # the engine notices the client has gone
+        while interrupts.processes_naming(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert interrupts.processes_naming(marker) == {}
+        assert not engine.image_exists(tag)
+        assert sorted(p.name for p in tmp.iterdir()) == []
+    finally:
+        proc.kill()
+        interrupts.kill_left(str(tmp))
+        interrupts.kill_left(marker)

@@ -200,3 +200,39 @@ def test_an_image_the_engine_cannot_start_is_exit_3_and_leaves_no_container(dock
         assert engine.docker("ps", "--all", "--quiet", "--filter", f"ancestor={image_id}").stdout.split() == []
     finally:
         engine.docker("rmi", "-f", tag, check=False)
+
+
+
+def test_sigterm_to_invoke_test_leaves_no_container_child_or_temp_folder(testpack_image, testpack, tmp_path):
+    """`invoke test` signalled while its checks run (a CI cancel, `timeout`): the image-check container and
+    every container of the run (found by its label) are removed, the checks' pytest process is gone, and
+    so is the temporary folder."""
+    import signal
+
+    from .. import interrupts
+
+    tmp = tmp_path / "tmp"  # the task's TMPDIR: the checks' pytest names its files in there
+
+    def checks_running() -> str:
+        """The container the checks' pytest was pointed at, once that pytest runs."""
+        found = [c for c in interrupts.processes_naming(str(tmp)).values() if " -m pytest " in c]
+        return found[0].split("--hosts=docker://")[1].split()[0] if found else ""
+
+    proc = interrupts.start(tmp, "test", "--recipe", RID, "--image", testpack_image.tags[0], "--standin",
+                            env={"COOKBOOK_FIXES_DIR": str(testpack)})
+    run_id = ""
+    try:
+        cid = interrupts.wait_for(checks_running, proc, 300, "image-check pytest")
+        run_id = json.loads(engine.docker("inspect", cid).stdout)[0]["Config"]["Labels"][imagecheck.RUN_LABEL]
+        _, stderr = interrupts.interrupt(proc, signal.SIGTERM, timeout=60)
+        assert proc.returncode == 1  # invoke's exit on KeyboardInterrupt
+        assert "Traceback" not in stderr
+        left = engine.docker("ps", "--all", "--quiet", "--filter", f"label={imagecheck.RUN_LABEL}={run_id}")
+        assert left.stdout.split() == []
+        assert interrupts.processes_naming(str(tmp)) == {}
+        assert sorted(p.name for p in tmp.iterdir()) == []
+    finally:
+        proc.kill()
+        interrupts.kill_left(str(tmp))
+        if run_id:
+            imagecheck.sweep(run_id)

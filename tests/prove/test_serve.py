@@ -330,3 +330,28 @@ def test_sigterm_removes_the_container_and_its_log_follower(rootfs, tmp_path):
     finally:
         proc.kill()
         engine.docker("rm", "--force", name, check=False)
+
+
+def test_sigterm_in_the_weights_step_ends_serve_as_ctrl_c_does(tmp_path):
+    """`invoke serve` signalled while its weights step waits on a Hub that never answers (a listener
+    that accepts no connection): it ends at once, exit 1, no traceback, no container started."""
+    import select
+    import signal
+    import socket
+
+    from .. import interrupts
+    from .test_weights import tiny_hub_recipe
+
+    name = f"cookbook-test-serve-{uuid.uuid4().hex[:8]}"
+    with socket.create_server(("127.0.0.1", 0)) as hub:
+        proc = interrupts.start(tmp_path / "tmp", "serve", "--recipe", str(tiny_hub_recipe(tmp_path)), "--name", name,
+                                "--hf-cache", str(tmp_path / "hf"), "--log-dir", str(tmp_path / "serve"),
+                                "--runtime", "", env={"HF_ENDPOINT": f"http://127.0.0.1:{hub.getsockname()[1]}"})
+        try:
+            interrupts.wait_for(lambda: select.select([hub], [], [], 0)[0], proc, 120, "request to the Hub")
+            _, stderr = interrupts.interrupt(proc, signal.SIGTERM, timeout=30)
+        finally:
+            proc.kill()
+    assert proc.returncode == 1, stderr[-2000:]
+    assert "Traceback" not in stderr
+    assert not exists(name)
