@@ -56,7 +56,8 @@ if ! live_dockerd; then
   # containerd state from a killed daemon can hold the old socket too.
   rm -f /var/run/docker/containerd/containerd.pid 2>/dev/null || true
   say "starting dockerd (log: $LOG)"
-  nohup "$(command -v dockerd)" --storage-driver=overlay2 >>"$LOG" 2>&1 &
+  # A session of its own: a kill of the process group that started it (a CI job, a signalled task) spares it.
+  setsid nohup "$(command -v dockerd)" --storage-driver=overlay2 >>"$LOG" 2>&1 &
 fi
 
 for _ in $(seq 1 "$WAIT"); do
