@@ -136,8 +136,10 @@ def expected_hardware(runtime: str | None) -> str:
     return "cpu" if not runtime else "gaudi"
 
 
-def run_matches(run, kind: str, image_id: str, opts: Options) -> str | None:
+def run_matches(run, kind: str, recipe_id: str, image_id: str, opts: Options) -> str | None:
     """Why a smoke or bench file in the chain's folder is not the run asked for now (None: it is)."""
+    if run.recipe != recipe_id:
+        return f"{kind}.json is of recipe {run.recipe}"
     only = sorted(opts.smoke_only if kind == "smoke" else opts.bench_only) or None
     want = {"image": image_id, "hardware": expected_hardware(opts.runtime), "vLLM flags": tuple(opts.args),
             "selection": tuple(only) if only else None,
@@ -287,8 +289,8 @@ class Chain:
             if name == "test":
                 imagecheck.require_passed(self.image_id)
             elif name in ("smoke", "bench"):
-                return run_matches(results.read(self.out / name / f"{name}.json", name), name, self.image_id,
-                                   self.opts)
+                return run_matches(results.read(self.out / name / f"{name}.json", name), name, self.loaded.id,
+                                   self.image_id, self.opts)
             elif name == "results":
                 for kind in ("smoke", "bench"):
                     made, copy = self.out / kind / f"{kind}.json", results.path_for(self.loaded.id, kind, self.root)

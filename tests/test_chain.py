@@ -184,6 +184,10 @@ def test_smoke_and_bench_are_done_before_only_while_their_files_say_so(tmp_path)
     assert not c.done("smoke") and "not JSON" in c.evidence("smoke")
     smoke.write_text(text.replace('"hardware": "gaudi"', '"hardware": "cpu"'))
     assert not c.done("smoke") and "(hardware)" in c.evidence("smoke")
+    smoke.write_text(text.replace('"recipe": "qwen3.5-27b-fp8"', '"recipe": "qwen3.6-27b-fp8"'))
+    assert not c.done("smoke") and c.evidence("smoke") == "smoke.json is of recipe qwen3.6-27b-fp8"
+    smoke.write_text(text)
+    assert c.done("smoke")
     (tmp_path / "v" / "bench" / "bench.json").unlink()
     assert not c.done("bench")
 
@@ -438,6 +442,39 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
               if line.split() and line.split()[0] in chain.STEPS}
     assert all(status[s] == "passed" for s in ("serve", "smoke", "bench", "results", "docs")), third.stdout[-3000:]
     assert json.loads(smoke.read_text())["passed"] and results.load(loaded.id, "bench", res).repeats == 2
+
+
+@pytest.mark.docker
+def test_a_quick_runs_state_never_stands_for_the_full_chain(cpu_recipe, made_images, tmp_path):
+    """state.json and result files a quick run left (scale 0.01, one repeat) for the very image the chain
+    builds: the full chain measures again instead of saying "all steps passed" over the quick figures.
+    Kept cheap: the health wait is 1 s, so measuring again shows as the serve step failing."""
+    import uuid
+
+    from cookbook.host.paths import ROOT
+
+    from .prove.test_docs import write_bench, write_smoke
+
+    out, res = tmp_path / "verify", tmp_path / "results"
+    cmd, env = chain_command(cpu_recipe, f"cookbook-test-chain-{uuid.uuid4().hex[:8]}", out, res)
+    cmd[cmd.index("--timeout") + 1] = "1"
+    first = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    made_images.extend(built_tags(out))
+    image_id = json.loads((out / "state.json").read_text())["build"]["image_id"]
+    assert first.returncode == 1 and image_id.startswith("sha256:"), first.stdout[-2000:] + first.stderr[-2000:]
+    quick = {"image": image_id, "image_id": image_id, "hardware": "cpu", "args": ["--enforce-eager"]}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", env["COOKBOOK_FIXES_DIR"])
+        write_smoke(out / "smoke", quick, [], rid=str(cpu_recipe[0]))
+        write_bench(out / "bench", quick, {}, rid=str(cpu_recipe[0]), scale=0.01, repeats=1)
+    state = json.loads((out / "state.json").read_text())
+    state.update({step: {"image_id": image_id, "status": "passed"} for step in ("smoke", "bench", "results", "docs")})
+    (out / "state.json").write_text(json.dumps(state))  # as a quick run left it
+    full = [w for i, w in enumerate(cmd) if w not in ("--scale", "--repeats") and cmd[i - 1] not in ("--scale",
+                                                                                                     "--repeats")]
+    again = subprocess.run(full, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 1 and "all steps passed" not in again.stdout, again.stdout[-3000:]
+    assert "FAILED at serve" in again.stdout and "bench     not run" in again.stdout.splitlines()
 
 
 @pytest.mark.parametrize("failed, blockers", [
