@@ -604,3 +604,22 @@ def test_the_chain_never_writes_through_a_symlink_in_its_folder(tmp_path):
     said = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(linked), "--dry-run")
     assert said.returncode == 2 and "exists and is not a folder" in said.stderr
     assert outside.read_text() == "keep me\n"
+
+
+def test_the_results_copy_replaces_a_link_never_writes_through_it(tmp_path):
+    from .prove.test_docs import write_bench, write_smoke
+
+    out, res = tmp_path / "v", tmp_path / "r"
+    out.mkdir()
+    (out / ".cookbook-verify").write_text("")  # the chain's own folder
+    write_smoke(out / "smoke", gaudi_target(), [("known-answers", "passed", "8/8 (run)")])
+    write_bench(out / "bench", gaudi_target(), {"one-stream-short": 51.25})
+    outside = tmp_path / "precious"
+    outside.write_text("keep me\n")
+    (res / "qwen3.5-27b-fp8").mkdir(parents=True)
+    (res / "qwen3.5-27b-fp8" / "smoke.json").symlink_to(outside)
+    c = chain.Chain(loaded(), chain.Options(out=out, results_root=res))
+    assert c.step("results", c.results), c.outcomes[-1]
+    copy = res / "qwen3.5-27b-fp8" / "smoke.json"
+    assert not copy.is_symlink() and copy.read_bytes() == (out / "smoke" / "smoke.json").read_bytes()
+    assert outside.read_text() == "keep me\n"
