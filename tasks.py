@@ -506,8 +506,8 @@ def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, 
     out_dir = Path(out) if out else ROOT / "build" / "smoke" / loaded.id
     result = serve.run_against(url, spec, out_dir / "server.log", serve.number(timeout, "--timeout", float), dry_run,
                                lambda t: s.task(recipe, t.url, scale, out_dir, only or (), dry_run,
-                                                image=t.image, image_id=t.image_id,
-                                                runtime=spec.runtime if spec else None))
+                                                image=t.image, image_id=t.image_id, log_path=t.log_path,
+                                                args=spec.args if spec else ()))
     if result is not None and not result.passed:
         raise Exit(f"smoke checks failed: {', '.join(r['name'] for r in result.rows if r['status'] == 'failed')}",
                    code=1)
@@ -537,7 +537,8 @@ def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_
 
     Steps: doctor, fixes.verify --base, build, test, weights, serve, smoke, bench, results/ID/, docs, stop the server.
 
-    Resumable: a step that passed for the same image id is not run again (build/verify/ID/state.json).
+    Resumable: a step that passed for the same image id and the same request (runtime, flags, selection,
+    scale, repeats), whose evidence files still say so, is not run again (build/verify/ID/state.json).
     Words after `--` go after the image, appended to the recipe's vLLM flags, as with `invoke serve`.
     """
     from pathlib import Path

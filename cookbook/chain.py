@@ -5,23 +5,30 @@ Each step calls the function its own task calls; this module only orders them, k
 under build/verify/<id>/, remembers what passed for which image (state.json), and sums up.
 
 Resumable: the build always runs (Docker's cache makes a second build quick, and it names the image);
-a step that passed for the same image id before is not run again. Steps before the build are cheap
-and always run. The weights step keeps its own record (weights.json): a cache that still holds the
-verified files is not fetched again, without the network.
+a step that passed before is not run again only when it passed for the same image id and for the same
+request (`asked`: the runtime, the vLLM flags and docker options, the environment, the checks and
+scenarios selected, the scale and repeats), and its evidence, read again now, still says so (`Chain.evidence`:
+the image-check file, smoke.json, bench.json, the copies under results/, the page). Steps before the
+build are cheap and always run. The weights step keeps its own record (weights.json): a cache that still
+holds the verified files is not fetched again, without the network.
+
+The folder (--out) is the chain's own: a new or empty folder, or one carrying MARKER; it is refused
+when it holds a symlink, so no step writes through one to a file outside.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
-import shutil
+import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .host import signals
+from .host import outdir, signals
 from .host.errors import CheckFailure, CookbookError, UsageError
 from .host.paths import ROOT, fixes_dir
 from .host.progress import say
@@ -51,6 +58,9 @@ WHAT = {
 # steps that make the figures are never skipped.
 SKIPPABLE = ("doctor", "base", "test", "weights")
 PASSED, FAILED, SKIPPED, DONE, NOT_RUN = "passed", "failed", "skipped", "done before", "not run"
+MARKER = ".cookbook-verify"
+MARKER_TEXT = ("Written by the Gaudi cookbook (`invoke chain`): its steps' output and state; it may rewrite any "
+               "file here.\n")
 
 
 @dataclass
@@ -98,20 +108,50 @@ def save_state(path: Path, state: dict) -> None:
     tmp.replace(path)
 
 
-def done_before(state: dict, step: str, image_id: str | None) -> bool:
-    """A per-image step that passed for exactly this image id."""
+def asked(opts: Options, step: str) -> dict:
+    """What a per-image step's result means besides the image id: a step done for another request is
+    redone. The environment is kept as a hash (its values are the user's, not for a state file)."""
+    env = hashlib.sha256(json.dumps(sorted(opts.env.items())).encode()).hexdigest()[:16] if opts.env else None
+    server = {"runtime": opts.runtime, "args": list(opts.args), "options": list(opts.options), "env": env}
+    smoke = {**server, "smoke_only": sorted(opts.smoke_only)}
+    bench = {**server, "bench_only": sorted(opts.bench_only), "scale": opts.scale, "repeats": opts.repeats}
+    pages = {**smoke, **bench, "results": str(opts.results_root.absolute()) if opts.results_root else "results/"}
+    return {"smoke": smoke, "bench": bench, "results": pages, "docs": pages}.get(step, {})
+
+
+def done_before(state: dict, step: str, image_id: str | None, now: dict | None = None) -> bool:
+    """A per-image step that passed for exactly this image id and this request (`asked`)."""
     entry = state.get(step) or {}
     return (step in PER_IMAGE and bool(image_id) and entry.get("image_id") == image_id
-            and entry.get("status") == PASSED)
+            and entry.get("status") == PASSED and entry.get("asked", {}) == (now or {}))
 
 
-def recorded(state: dict, step: str, image_id: str | None, status: str) -> dict:
-    """The state after `step` ended with `status` on `image_id` (a new dict)."""
-    return {**state, step: {"image_id": image_id, "status": status}}
+def recorded(state: dict, step: str, image_id: str | None, status: str, now: dict | None = None) -> dict:
+    """The state after `step` ended with `status` on `image_id` for the request `now` (a new dict)."""
+    return {**state, step: {"image_id": image_id, "status": status, "asked": now or {}}}
 
 
-def needs_server(state: dict, image_id: str | None) -> bool:
-    return not (done_before(state, "smoke", image_id) and done_before(state, "bench", image_id))
+def expected_hardware(runtime: str | None) -> str:
+    """What the server must have reported for a run under this runtime to stand for it."""
+    return "cpu" if not runtime else "gaudi"
+
+
+def run_matches(run, kind: str, recipe_id: str, image_id: str, opts: Options) -> str | None:
+    """Why a smoke or bench file in the chain's folder is not the run asked for now (None: it is)."""
+    if run.recipe != recipe_id:
+        return f"{kind}.json is of recipe {run.recipe}"
+    only = sorted(opts.smoke_only if kind == "smoke" else opts.bench_only) or None
+    want = {"image": image_id, "hardware": expected_hardware(opts.runtime), "vLLM flags": tuple(opts.args),
+            "selection": tuple(only) if only else None,
+            "scale": opts.scale if kind == "bench" else 1.0, "repeats": opts.repeats if kind == "bench" else None}
+    have = {"image": run.image_id, "hardware": run.hardware, "vLLM flags": run.args,
+            "selection": run.only, "scale": run.scale, "repeats": run.repeats}
+    differ = [k for k in want if want[k] != have[k]]
+    if differ:
+        return f"{kind}.json is of another run ({', '.join(differ)})"
+    if kind == "smoke" and any(e.get("status") == "failed" for e in run.entries.values()):
+        return "smoke.json says a check failed"
+    return None
 
 
 # --- the summary ---------------------------------------------------------------------------------
@@ -179,13 +219,24 @@ def default_out(loaded: LoadedRecipe) -> Path:
     return ROOT / "build" / "verify" / loaded.id
 
 
+def check_out(out: Path, loaded: LoadedRecipe) -> None:
+    """The chain writes only into a folder of its own (outdir's marker rule: new, empty, or MARKER; the
+    default build/verify/ID of earlier runs too), and never through a symlink inside it."""
+    outdir.check(out, MARKER, "--out", ours=lambda p: p.absolute() == default_out(loaded).absolute(),
+                 verb="write")
+    links = outdir.links(out)
+    if links:
+        raise UsageError(f"{links[0]} is a symlink; the chain never writes through one",
+                         hint=f"remove it, or give another --out than {out}")
+
+
 def dry_run(loaded: LoadedRecipe, opts: Options) -> None:
     """The steps, with the base the pack is checked against, the container smoke and bench run against,
     and what an earlier run left (state.json)."""
     from .image import render, steps
     from .prove import serve, weights
 
-    c = Chain(loaded, opts)
+    c = Chain(loaded, opts)  # the folder is checked, in a dry run too
     spec = dataclasses.replace(c.spec(), image=steps.moving_tag(loaded, opts.repo, False))
     print(f"would run for {loaded.id}, writing under {c.out}:")
     for i, step in enumerate(STEPS, 1):
@@ -205,17 +256,63 @@ class Chain:
 
     def __init__(self, loaded: LoadedRecipe, opts: Options):
         self.loaded, self.opts = loaded, opts
-        self.out = opts.out or default_out(loaded)
+        self.out = (opts.out or default_out(loaded)).absolute()
+        check_out(self.out, loaded)
         self.state_path = self.out / "state.json"
         self.weights_record = self.out / "weights.json"
         self.state = load_state(self.state_path)
         self.outcomes: list[Outcome] = []
         self.image_id: str | None = None
 
+    def claim(self) -> None:
+        """Mark the folder as the chain's before its first write (checked in __init__)."""
+        if not (self.out / MARKER).is_file():
+            self.out.mkdir(parents=True, exist_ok=True)
+            outdir.mark(self.out, MARKER, MARKER_TEXT)
+
+    def done(self, name: str) -> bool:
+        """Passed for this image and this request, and its evidence still says so."""
+        if not done_before(self.state, name, self.image_id, asked(self.opts, name)):
+            return False
+        said = self.evidence(name)
+        if said:
+            say(f"{name}: done before, but {said}: again")
+        return said is None
+
+    def evidence(self, name: str) -> str | None:
+        """Why the files a per-image step left no longer show it passed for this request (None: they
+        do): read again at every run, never taken from state.json alone."""
+        from .image import imagecheck
+        from .prove import results
+
+        try:
+            if name == "test":
+                imagecheck.require_passed(self.image_id)
+            elif name in ("smoke", "bench"):
+                return run_matches(results.read(self.out / name / f"{name}.json", name), name, self.loaded.id,
+                                   self.image_id, self.opts)
+            elif name == "results":
+                for kind in ("smoke", "bench"):
+                    made, copy = self.out / kind / f"{kind}.json", results.path_for(self.loaded.id, kind, self.root)
+                    if not copy.is_file() or made.read_bytes() != copy.read_bytes():
+                        return f"{copy} is not this run's {kind}.json"
+            elif name == "docs" and not (self.out / f"{self.loaded.id}.md").is_file():
+                return "the page is gone"
+        except (CookbookError, OSError) as exc:
+            return str(exc).splitlines()[0]
+        return None
+
+    @property
+    def root(self) -> Path:
+        from .prove import results
+
+        return self.opts.results_root or results.RESULTS
+
     def step(self, name: str, work: Callable[[], str | None]) -> bool:
-        if done_before(self.state, name, self.image_id):
+        self.claim()
+        if self.done(name):
             self.outcomes.append(Outcome(name, DONE, f"for {self.image_id[:19]}"))
-            say(f"{name}: done before for this image")
+            say(f"{name}: done before for this image and this request")
             return True
         if name in self.opts.skip:
             self.outcomes.append(Outcome(name, SKIPPED, "skipped: --skip"))
@@ -229,6 +326,10 @@ class Chain:
             self.outcomes.append(Outcome(name, FAILED, str(exc).splitlines()[0]))
             self._save(name, FAILED)
             return False
+        except OSError as exc:  # a file of the step's gone or unwritable: said, and the summary still written
+            self.outcomes.append(Outcome(name, FAILED, f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")))
+            self._save(name, FAILED)
+            return False
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (run is signals.interruptible)
             self.outcomes.append(Outcome(name, FAILED, "interrupted"))
             self._save(name, FAILED)
@@ -239,7 +340,7 @@ class Chain:
         return True
 
     def _save(self, name: str, status: str) -> None:
-        self.state = recorded(self.state, name, self.image_id, status)
+        self.state = recorded(self.state, name, self.image_id, status, asked(self.opts, name))
         save_state(self.state_path, self.state)
 
     # the steps, each the function its task calls
@@ -307,7 +408,8 @@ class Chain:
         from .prove import smoke
 
         result = smoke.task(str(self.loaded.path), running.url, None, self.out / "smoke", self.opts.smoke_only, False,
-                            image=self.image_id, image_id=running.image_id, runtime=self.opts.runtime)
+                            image=self.image_id, image_id=running.image_id, log_path=running.log_path,
+                            args=self.opts.args)
         bad = [r["name"] for r in result.rows if r["status"] == "failed"]
         if bad:
             raise CheckFailure(f"smoke checks failed: {', '.join(bad)}")
@@ -316,8 +418,8 @@ class Chain:
     def bench(self, running) -> str:
         from .prove import bench, results
 
-        facts = results.image_target(self.image_id, running.image_id, self.opts.runtime,
-                                     results.image_labels(running.image_id))
+        facts = results.image_target(self.image_id, running.image_id, results.log_hardware(running.log_path),
+                                     results.image_labels(running.image_id), self.opts.args)
         doc = bench.run(self.loaded, running.url, scale=self.opts.scale, repeats=self.opts.repeats,
                         only=list(self.opts.bench_only) or None, image=self.image_id, image_id=running.image_id,
                         facts=facts)
@@ -328,16 +430,18 @@ class Chain:
     def results(self) -> str:
         from .prove import docs, results
 
-        root = self.opts.results_root or results.RESULTS
+        root = self.root
+        runs = {kind: results.read(self.out / kind / f"{kind}.json", kind) for kind in ("smoke", "bench")}
         if root.resolve() == results.RESULTS.resolve():  # what the pages read: never CPU runs of a Gaudi recipe
-            for kind in ("smoke", "bench"):
-                made = self.out / kind / f"{kind}.json"
-                docs.refuse_misplaced(self.loaded, results.parse(json.loads(made.read_text()), kind, str(made)),
-                                      results.path_for(self.loaded.id, kind, root))
+            for kind, run in runs.items():
+                docs.refuse_misplaced(self.loaded, run, results.path_for(self.loaded.id, kind, root))
         for kind in ("smoke", "bench"):
             dest = results.path_for(self.loaded.id, kind, root)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(self.out / kind / f"{kind}.json", dest)
+            tmp = dest.with_name(f".{dest.name}.tmp")  # then renamed: a symlink at dest is replaced, not followed
+            tmp.unlink(missing_ok=True)
+            tmp.write_bytes((self.out / kind / f"{kind}.json").read_bytes())
+            os.replace(tmp, dest)
             results.load(self.loaded.id, kind, root)  # the page reads it back: refuse a file it cannot
         return f"{root / self.loaded.id}"
 
@@ -347,7 +451,7 @@ class Chain:
         from .prove import docs, results
         from .recipe import fixes, recipes
 
-        root = self.opts.results_root or results.RESULTS
+        root = self.root
         said = ""
         if root.resolve() == results.RESULTS.resolve() and self.loaded.id in recipes.known_ids():
             said = f"docs/: {len(docs.write())} files written; "
@@ -359,7 +463,7 @@ class Chain:
     def figures(self) -> tuple[list, list]:
         from .prove import docs, results
 
-        root = self.opts.results_root or results.RESULTS
+        root = self.root
         return docs.measured_rows(self.loaded, results.load(self.loaded.id, "smoke", root),
                                   results.load(self.loaded.id, "bench", root))
 
@@ -376,7 +480,7 @@ def run(loaded: LoadedRecipe, opts: Options) -> Chain:
             c.step("test", c.test)
     except KeyboardInterrupt:
         return c
-    serving = go and needs_server(c.state, c.image_id)
+    serving = go and not (c.done("smoke") and c.done("bench"))
     if serving:
         try:
             go = c.step("weights", c.weights)  # before the container: a download never eats its health wait
@@ -418,6 +522,8 @@ def report(c: Chain) -> list[str]:
         checks, scenarios = [], []
         say(f"figures: {exc}")
     lines = summary(c.outcomes, checks, scenarios)
-    c.out.mkdir(parents=True, exist_ok=True)
-    (c.out / "summary.txt").write_text("\n".join(lines) + "\n")
+    c.claim()
+    path = c.out / "summary.txt"
+    path.unlink(missing_ok=True)  # a file of ours, or a link put in its place: never written through
+    path.write_text("\n".join(lines) + "\n")
     return lines

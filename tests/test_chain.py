@@ -1,5 +1,6 @@
-"""cookbook/chain.py: `invoke chain`'s resumable state (a step that passed for the same image id is not
-run again), its one summary, and its dry run through invoke."""
+"""cookbook/chain.py: `invoke chain`'s resumable state (a step that passed for the same image id and the
+same request, whose evidence still says so, is not run again), its folder (the marker rule, no symlink
+written through), its one summary, and its dry run through invoke."""
 
 import json
 import subprocess
@@ -32,14 +33,32 @@ def test_done_before(state, step, image_id, skip):
     assert chain.done_before(state, step, image_id) is skip
 
 
-@pytest.mark.parametrize("state, image_id, serve", [
-    ({}, A, True),
-    ({"smoke": {"image_id": A, "status": "passed"}}, A, True),
-    ({"smoke": {"image_id": A, "status": "passed"}, "bench": {"image_id": A, "status": "passed"}}, A, False),
-    ({"smoke": {"image_id": A, "status": "passed"}, "bench": {"image_id": A, "status": "passed"}}, B, True),
+QUICK = chain.Options(scale=0.01, repeats=1, smoke_only=("health",), bench_only=("cold-65k",),
+                      args=("--max-model-len", "8192"))
+
+
+@pytest.mark.parametrize("then, now, step, same", [
+    (chain.Options(), chain.Options(), "bench", True),
+    (QUICK, chain.Options(), "bench", False),                                    # a quick run is not the full one
+    (QUICK, chain.Options(), "smoke", False),
+    (chain.Options(scale=0.5), chain.Options(), "bench", False),
+    (chain.Options(repeats=1), chain.Options(), "bench", False),
+    (chain.Options(repeats=1), chain.Options(), "smoke", True),                  # smoke has no repeats
+    (chain.Options(bench_only=("a", "b")), chain.Options(bench_only=("b", "a")), "bench", True),
+    (chain.Options(args=("--enforce-eager",)), chain.Options(), "smoke", False),  # extra vLLM flags
+    (chain.Options(runtime=None), chain.Options(), "bench", False),              # a CPU proof run, then a Gaudi one
+    (chain.Options(env={"X": "1"}), chain.Options(env={"X": "2"}), "smoke", False),
+    (chain.Options(results_root=Path("/tmp/r")), chain.Options(), "results", False),
+    (QUICK, chain.Options(), "docs", False),
+    (QUICK, chain.Options(), "test", True),                                      # the image checks ask nothing
 ])
-def test_the_server_starts_only_when_smoke_or_bench_is_left(state, image_id, serve):
-    assert chain.needs_server(state, image_id) is serve
+def test_a_step_done_for_another_request_is_redone(then, now, step, same):
+    state = chain.recorded({}, step, A, "passed", chain.asked(then, step))
+    assert chain.done_before(state, step, A, chain.asked(now, step)) is same
+
+
+def test_the_environment_is_kept_as_a_hash_not_its_values():
+    assert "s3cr3t-value" not in json.dumps(chain.asked(chain.Options(env={"X": "s3cr3t-value"}), "smoke"))
 
 
 @pytest.mark.parametrize("text, state", [
@@ -67,8 +86,25 @@ def loaded():
     return recipes.load("qwen3.5-27b-fp8")
 
 
-def test_a_second_run_on_the_same_image_skips_what_passed_and_stops_at_a_failure(tmp_path):
+def image_checks_said(image_id: str, passed: bool) -> Path:
+    """The image-check evidence file `invoke test` leaves for `image_id` (cookbook/image/imagecheck.py)."""
+    from cookbook.image import imagecheck
+
+    path = imagecheck.evidence_path(image_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"passed": passed, "checks": []}))
+    return path
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("COOKBOOK_CACHE", str(tmp_path / "cache"))
+
+
+def test_a_second_run_on_the_same_image_skips_what_passed_and_stops_at_a_failure(tmp_path, cache):
     ran = []
+    image_checks_said(A, True)
+    out = tmp_path / "v"
 
     def work(name, fail=False):
         def go():
@@ -79,22 +115,120 @@ def test_a_second_run_on_the_same_image_skips_what_passed_and_stops_at_a_failure
             return "fine"
         return go
 
-    first = chain.Chain(loaded(), chain.Options(out=tmp_path))
+    first = chain.Chain(loaded(), chain.Options(out=out))
     first.image_id = A
     assert first.step("test", work("test")) and not first.step("smoke", work("smoke", fail=True))
-    assert (tmp_path / "test.log").read_text() == "test output\n"
-    assert json.loads((tmp_path / "state.json").read_text())["smoke"] == {"image_id": A, "status": "failed"}
+    assert (out / "test.log").read_text() == "test output\n"
+    assert json.loads((out / "state.json").read_text())["smoke"] == {
+        "image_id": A, "status": "failed", "asked": chain.asked(chain.Options(), "smoke")}
 
-    again = chain.Chain(loaded(), chain.Options(out=tmp_path))
+    again = chain.Chain(loaded(), chain.Options(out=out))
     again.image_id = A
     assert again.step("test", work("test")) and again.step("smoke", work("smoke"))
     assert ran == ["test", "smoke", "smoke"]
     assert [(o.step, o.status) for o in again.outcomes] == [("test", "done before"), ("smoke", "passed")]
 
-    other = chain.Chain(loaded(), chain.Options(out=tmp_path))
+    other = chain.Chain(loaded(), chain.Options(out=out))
     other.image_id = B  # a new image: everything again
     other.step("test", work("test"))
     assert ran[-1] == "test" and other.outcomes[0].status == "passed"
+
+
+def test_an_image_check_evidence_file_that_says_failed_is_read_again(tmp_path, cache):
+    """state.json says the image checks passed; the evidence file now says they failed: the step is redone."""
+    image_checks_said(A, True)
+    first = chain.Chain(loaded(), chain.Options(out=tmp_path / "v"))
+    first.image_id = A
+    assert first.step("test", lambda: "fine") and first.outcomes[-1].status == "passed"
+    image_checks_said(A, False)
+    ran = []
+    again = chain.Chain(loaded(), chain.Options(out=tmp_path / "v"))
+    again.image_id = A
+    assert again.step("test", lambda: ran.append("test") or "fine")
+    assert ran == ["test"] and again.outcomes[-1].status == "passed"
+
+
+def gaudi_target(image_id=A, args=()):
+    """What results.image_target records of a Gaudi run (tests/prove/test_results.py pins that function)."""
+    return {"image": "img:tag", "image_id": image_id, "content_hash": None, "base_id": None, "base_digest": None,
+            "base_name": None, "hardware": "gaudi", "args": list(args)}
+
+
+def chain_ran(out: Path, opts: chain.Options, target: dict, scale=1.0, repeats=3, only=None) -> None:
+    """What a chain's smoke and bench steps leave in its folder, and its state.json saying they passed."""
+    from cookbook.host import outdir
+
+    from .prove.test_docs import write_bench, write_smoke
+
+    out.mkdir(parents=True, exist_ok=True)
+    outdir.mark(out, chain.MARKER, chain.MARKER_TEXT)
+    write_smoke(out / "smoke", target, [("known-answers", "passed", "8/8 (run)")])
+    write_bench(out / "bench", target, {"one-stream-short": 51.25}, scale=scale, repeats=repeats, only=only)
+    state = {}
+    for step in ("smoke", "bench"):
+        state = chain.recorded(state, step, A, "passed", chain.asked(opts, step))
+    chain.save_state(out / "state.json", state)
+
+
+def test_smoke_and_bench_are_done_before_only_while_their_files_say_so(tmp_path):
+    """The files a step left are read again: one truncated, gone, or of another run (a CPU figure under a
+    Gaudi chain) redoes the step, whatever state.json says."""
+    opts = chain.Options(out=tmp_path / "v")
+    chain_ran(tmp_path / "v", opts, gaudi_target())
+    c = chain.Chain(loaded(), opts)
+    c.image_id = A
+    assert c.done("smoke") and c.done("bench")
+    smoke = tmp_path / "v" / "smoke" / "smoke.json"
+    text = smoke.read_text()
+    smoke.write_text(text[:100])  # truncated
+    assert not c.done("smoke") and "not JSON" in c.evidence("smoke")
+    smoke.write_text(text.replace('"hardware": "gaudi"', '"hardware": "cpu"'))
+    assert not c.done("smoke") and "(hardware)" in c.evidence("smoke")
+    smoke.write_text(text.replace('"recipe": "qwen3.5-27b-fp8"', '"recipe": "qwen3.6-27b-fp8"'))
+    assert not c.done("smoke") and c.evidence("smoke") == "smoke.json is of recipe qwen3.6-27b-fp8"
+    smoke.write_text(text)
+    assert c.done("smoke")
+    (tmp_path / "v" / "bench" / "bench.json").unlink()
+    assert not c.done("bench")
+
+
+def test_a_quick_run_leaves_files_that_a_full_chain_does_not_take(tmp_path):
+    quick = chain.Options(out=tmp_path / "v", scale=0.01, repeats=1, bench_only=("one-stream-short",))
+    chain_ran(tmp_path / "v", quick, gaudi_target(), scale=0.01, repeats=1, only=["one-stream-short"])
+    c = chain.Chain(loaded(), quick)
+    c.image_id = A
+    assert c.done("bench")  # the same quick request again
+    c = chain.Chain(loaded(), chain.Options(out=tmp_path / "v"))
+    c.image_id = A
+    assert not c.done("bench") and c.done("smoke")  # smoke was asked the same
+    # state.json forged to say the full request: the file itself still says what ran
+    chain_ran(tmp_path / "v", chain.Options(out=tmp_path / "v"), gaudi_target(), scale=0.01, repeats=1,
+              only=["one-stream-short"])
+    assert c.done("smoke") and not c.done("bench") and "(selection, scale, repeats)" in c.evidence("bench")
+
+
+def test_a_truncated_or_missing_result_is_one_clear_line_and_a_summary(tmp_path):
+    from .prove.test_docs import write_bench, write_smoke
+
+    opts = chain.Options(out=tmp_path / "v", results_root=tmp_path / "r")
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / ".cookbook-verify").write_text("")  # the chain's own folder
+    write_smoke(tmp_path / "v" / "smoke", gaudi_target(), [("known-answers", "passed", "8/8 (run)")])
+    write_bench(tmp_path / "v" / "bench", gaudi_target(), {"one-stream-short": 51.25})
+    smoke = tmp_path / "v" / "smoke" / "smoke.json"
+    smoke.write_text(smoke.read_text()[:50])
+    c = chain.Chain(loaded(), opts)
+    c.image_id = A
+    assert not c.step("results", c.results)
+    assert c.outcomes[-1].detail.startswith("result file is not JSON")
+    import shutil
+    shutil.rmtree(tmp_path / "v" / "smoke")
+    c = chain.Chain(loaded(), opts)
+    c.image_id = A
+    assert not c.step("results", c.results)
+    assert c.outcomes[-1].detail.startswith("result file does not read: No such file")
+    lines = chain.report(c)
+    assert "FAILED at results" in lines and (tmp_path / "v" / "summary.txt").is_file()
 
 
 ROWS = [Row("Tool call", "valid JSON", "valid JSON (on CPU)", "2026-12-04", "sha256:aaaa", True)]
@@ -185,6 +319,9 @@ def test_the_weights_step_fetches_before_the_server_then_finds_them_present(tmp_
 
 
 def test_dry_run_says_what_an_earlier_run_left(tmp_path):
+    from cookbook.host import outdir
+
+    outdir.mark(tmp_path, chain.MARKER, chain.MARKER_TEXT)
     chain.save_state(tmp_path / "state.json", chain.recorded({}, "test", A, "passed"))
     out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(tmp_path), "--dry-run", "--runtime", "")
     assert out.returncode == 0, out.stderr
@@ -243,8 +380,10 @@ def built_tags(out: Path) -> list[str]:
 @pytest.mark.docker
 def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_path):
     """The chain proved on CPU: the one command builds the CPU image, serves it under Docker's default runtime,
-    runs smoke and bench, writes the result files and renders the page with the CPU figures, as measured
-    on this very image; the container is gone afterwards. A second run on the same image redoes nothing."""
+    runs smoke and bench, writes the result files (the hardware as the server reported it, the scale, repeats,
+    selection and added flags) and renders the page with the CPU figures of this very image, said to be a
+    quick run's, not the recipe's; the container is gone afterwards. A second run of the same request redoes
+    nothing; a third, asking other repeats after smoke.json was cut short, redoes smoke and bench."""
     import uuid
 
     from cookbook.host import engine
@@ -273,8 +412,14 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
         for kind in ("smoke", "bench"):
             run = results.load(loaded.id, kind, res)
             assert run.hardware == "cpu" and run.content_hash == docs.current_image(loaded, run)
+            assert run.args == ("--enforce-eager",) and run.base_name == loaded.recipe.base.image
+        assert (run.scale, run.repeats, run.only) == (0.01, 1, ("cold-65k", "one-stream-short"))
     page = (out / f"{loaded.id}.md").read_text()
-    assert "tokens/s (on CPU) |" in page and "not measured on this image" not in page.lower()
+    assert "not measured on this image" not in page.lower()
+    # a 1%-scale, one-repeat run on a local base with a flag added: its figures say so, never "measured"
+    assert ("| 47.1 tokens/s | not a full run of this image (on a local base image of that name, no registry digest "
+            "(the recipe pins none); at scale 0.01; median of 1 run; with vLLM flags added: --enforce-eager; "
+            "last run: ") in page
     assert "One stream, short prompt, 256 tokens: 47.1 tokens/s | " in first.stdout  # the figures against the page's
     assert "Application startup complete" in (out / "server.log").read_text()
     for log in ("build", "smoke", "bench", "results", "docs"):
@@ -287,6 +432,49 @@ def test_the_whole_chain_on_cpu_then_again_resumed(cpu_recipe, made_images, tmp_
     assert status["weights"].startswith("skipped") and status["serve"].startswith("skipped"), again.stdout[-3000:]
     assert status["stop"].startswith("skipped")
     assert all(status[s] == "done before" for s in ("smoke", "bench", "results", "docs"))
+
+    smoke = out / "smoke" / "smoke.json"
+    smoke.write_text(smoke.read_text()[:200])  # cut short: state.json still says smoke passed
+    third = subprocess.run([*cmd[:cmd.index("--repeats") + 1], "2", *cmd[cmd.index("--repeats") + 2:]], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=900)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    status = {line.split()[0]: line.split()[1] for line in third.stdout.splitlines()
+              if line.split() and line.split()[0] in chain.STEPS}
+    assert all(status[s] == "passed" for s in ("serve", "smoke", "bench", "results", "docs")), third.stdout[-3000:]
+    assert json.loads(smoke.read_text())["passed"] and results.load(loaded.id, "bench", res).repeats == 2
+
+
+@pytest.mark.docker
+def test_a_quick_runs_state_never_stands_for_the_full_chain(cpu_recipe, made_images, tmp_path):
+    """state.json and result files a quick run left (scale 0.01, one repeat) for the very image the chain
+    builds: the full chain measures again instead of saying "all steps passed" over the quick figures.
+    Kept cheap: the health wait is 1 s, so measuring again shows as the serve step failing."""
+    import uuid
+
+    from cookbook.host.paths import ROOT
+
+    from .prove.test_docs import write_bench, write_smoke
+
+    out, res = tmp_path / "verify", tmp_path / "results"
+    cmd, env = chain_command(cpu_recipe, f"cookbook-test-chain-{uuid.uuid4().hex[:8]}", out, res)
+    cmd[cmd.index("--timeout") + 1] = "1"
+    first = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    made_images.extend(built_tags(out))
+    image_id = json.loads((out / "state.json").read_text())["build"]["image_id"]
+    assert first.returncode == 1 and image_id.startswith("sha256:"), first.stdout[-2000:] + first.stderr[-2000:]
+    quick = {"image": image_id, "image_id": image_id, "hardware": "cpu", "args": ["--enforce-eager"]}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOKBOOK_FIXES_DIR", env["COOKBOOK_FIXES_DIR"])
+        write_smoke(out / "smoke", quick, [], rid=str(cpu_recipe[0]))
+        write_bench(out / "bench", quick, {}, rid=str(cpu_recipe[0]), scale=0.01, repeats=1)
+    state = json.loads((out / "state.json").read_text())
+    state.update({step: {"image_id": image_id, "status": "passed"} for step in ("smoke", "bench", "results", "docs")})
+    (out / "state.json").write_text(json.dumps(state))  # as a quick run left it
+    full = [w for i, w in enumerate(cmd) if w not in ("--scale", "--repeats") and cmd[i - 1] not in ("--scale",
+                                                                                                     "--repeats")]
+    again = subprocess.run(full, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 1 and "all steps passed" not in again.stdout, again.stdout[-3000:]
+    assert "FAILED at serve" in again.stdout and "bench     not run" in again.stdout.splitlines()
 
 
 @pytest.mark.parametrize("failed, blockers", [
@@ -422,7 +610,9 @@ def test_cpu_figures_of_a_gaudi_recipe_never_go_where_the_pages_read(tmp_path, m
 
     monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
     out = tmp_path / "v"
-    cpu = results.image_target("img:tag", "sha256:" + "ab" * 32, None, {})
+    out.mkdir()
+    (out / chain.MARKER).write_text("")
+    cpu = results.image_target("img:tag", "sha256:" + "ab" * 32, "cpu", {})
     write_smoke(out / "smoke", cpu, [("known-answers", "passed", "8/8 (run)")])
     write_bench(out / "bench", cpu, {"one-stream-short": 51.25})
     c = chain.Chain(loaded(), chain.Options(out=out))
@@ -432,3 +622,61 @@ def test_cpu_figures_of_a_gaudi_recipe_never_go_where_the_pages_read(tmp_path, m
     assert not (tmp_path / "results").exists()
     own = chain.Chain(loaded(), chain.Options(out=out, results_root=tmp_path / "mine"))
     assert own.step("results", own.results) and (tmp_path / "mine" / "qwen3.5-27b-fp8" / "bench.json").is_file()
+
+
+def test_out_is_a_folder_of_the_chains_own_or_refused(tmp_path):
+    """`--out` follows the marker rule of render --out, docs --site and k8s --out: a user's folder (their
+    doctor.log and state.json) is refused, before any step, dry run included; nothing in it is touched."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "doctor.log").write_text("my notes\n")
+    (mine / "state.json").write_text('{"mine": true}\n')
+    for dry in (["--dry-run"], ["--runtime", "", "--skip", "base"]):
+        out = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(mine), *dry)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert f"{mine} is a folder the cookbook did not write (no .cookbook-verify in it)" in out.stderr
+        assert "Traceback" not in out.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["doctor.log", "state.json"]
+    assert (mine / "doctor.log").read_text() == "my notes\n" and (mine / "state.json").read_text() == '{"mine": true}\n'
+    new = tmp_path / "new"
+    assert invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(new), "--dry-run").returncode == 0
+
+
+def test_the_chain_never_writes_through_a_symlink_in_its_folder(tmp_path):
+    """A link named build.log in the chain's own folder, to a file outside: refused, the file outside intact."""
+    out = tmp_path / "v"
+    out.mkdir()
+    (out / ".cookbook-verify").write_text("")  # the chain's own folder
+    outside = tmp_path / "precious"
+    outside.write_text("keep me\n")
+    (out / "build.log").symlink_to(outside)
+    (out / "smoke").mkdir()
+    (out / "smoke" / "smoke.json").symlink_to(outside)
+    for args in (["--dry-run"], ["--runtime", "", "--skip", "base"]):
+        said = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(out), *args)
+        assert said.returncode == 2 and f"{out / 'build.log'} is a symlink; the chain never writes through one" \
+            in said.stderr, said.stderr
+    linked = tmp_path / "linked"
+    linked.symlink_to(out)  # the folder itself a link: refused as outdir refuses it
+    said = invoke("chain", "--recipe", "qwen3.6-27b-fp8", "--out", str(linked), "--dry-run")
+    assert said.returncode == 2 and "exists and is not a folder" in said.stderr
+    assert outside.read_text() == "keep me\n"
+
+
+def test_the_results_copy_replaces_a_link_never_writes_through_it(tmp_path):
+    from .prove.test_docs import write_bench, write_smoke
+
+    out, res = tmp_path / "v", tmp_path / "r"
+    out.mkdir()
+    (out / ".cookbook-verify").write_text("")  # the chain's own folder
+    write_smoke(out / "smoke", gaudi_target(), [("known-answers", "passed", "8/8 (run)")])
+    write_bench(out / "bench", gaudi_target(), {"one-stream-short": 51.25})
+    outside = tmp_path / "precious"
+    outside.write_text("keep me\n")
+    (res / "qwen3.5-27b-fp8").mkdir(parents=True)
+    (res / "qwen3.5-27b-fp8" / "smoke.json").symlink_to(outside)
+    c = chain.Chain(loaded(), chain.Options(out=out, results_root=res))
+    assert c.step("results", c.results), c.outcomes[-1]
+    copy = res / "qwen3.5-27b-fp8" / "smoke.json"
+    assert not copy.is_symlink() and copy.read_bytes() == (out / "smoke" / "smoke.json").read_bytes()
+    assert outside.read_text() == "keep me\n"

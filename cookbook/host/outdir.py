@@ -1,4 +1,5 @@
-"""The one rule for a folder a task replaces or writes into (`render --out`, `docs --site`, `k8s --out`):
+"""The one rule for a folder a task replaces or writes into (`render --out`, `docs --site`, `k8s --out`,
+`chain --out`):
 only a missing path, an empty folder, or a folder carrying the task's marker file (one the cookbook made)
 is ever touched. Anything else is refused before any work, with the path and why, so a mistyped
 `--site .` or `--out ~/manifests` never costs the user a file."""
@@ -76,3 +77,12 @@ def staged(out: Path, marker: str | None = None, text: str = "") -> Iterator[Pat
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def links(folder: Path) -> list[Path]:
+    """Every symlink under `folder` (not followed), sorted: a tool writing into a folder it owns refuses
+    to write through one, which would reach whatever file the link names."""
+    found = []
+    for top, dirs, files in os.walk(folder) if folder.is_dir() and not folder.is_symlink() else ():
+        found += [Path(top) / n for n in dirs + files if (Path(top) / n).is_symlink()]
+    return sorted(found)

@@ -322,7 +322,8 @@ def run(loaded: LoadedRecipe, url: str, *, scale: float = 1.0, repeats: int = 3,
     return {"schema": SCHEMA, "recipe": loaded.id, "recipe_hash": loaded.hash,
             "target": {"url": url, "image": image, "image_id": image_id, **(facts or {})},
             "server": {"model": server.model, "max_model_len": server.max_model_len},
-            "scale": scale, "repeats": repeats, "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "scale": scale, "repeats": repeats, "only": sorted(only) if only else None,
+            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "scenarios": scenarios}
 
 
@@ -440,8 +441,8 @@ def bench(loaded: LoadedRecipe, url: str | None, run_spec, out: Path, *, scale: 
         dry_run(loaded, scale, repeats, only)
         return None
     with serve.target(url, run_spec, out / "server.log", timeout_s) as t:
-        facts = t.image_id and results.image_target(t.image, t.image_id, run_spec.runtime,
-                                                    results.image_labels(t.image_id))
+        facts = t.image_id and results.image_target(t.image, t.image_id, results.log_hardware(t.log_path),
+                                                    results.image_labels(t.image_id), run_spec.args)
         doc = run(loaded, t.url, scale=scale, repeats=repeats, only=only, image=t.image, image_id=t.image_id,
                   facts=facts or None)
     files = write(doc, out)

@@ -102,7 +102,7 @@ def rate(value: float) -> str:
     return f"{value:.1f}" if abs(value) < 1e7 else f"{value:.3g}"
 
 
-def run_note(run: results.Measured | None, recipe_hash: str, current_image: str, what: str) -> str:
+def run_note(run: results.Measured | None, recipe_hash: str, current_image: str, what: str, base) -> str:
     """The words under a table: which run its Measured column comes from, and whether it ran this image."""
     if run is None:
         return f"No {what} run of this recipe's image is recorded yet: Result is the published figure."
@@ -110,11 +110,14 @@ def run_note(run: results.Measured | None, recipe_hash: str, current_image: str,
         run.hardware or "", "hardware not recorded")
     note = (f"Result is the published figure; Measured is the latest {what} run, {run.date}, image "
             f"`{run.image_id or 'not recorded'}`, {where}.")
-    if run.content_hash != current_image:
+    said = measured.standing(run, current_image, base)
+    if said == measured.OTHER_IMAGE:
         note += (" **Not measured on this image**: that run's image (content hash "
                  f"`{(run.content_hash or 'not recorded')[:12]}`) is not the one this recipe builds now "
                  f"(`{current_image[:12]}`)")
         note += ", and it was built from an earlier version of this recipe." if run.recipe_hash != recipe_hash else "."
+    elif said:
+        note += f" **Not a full run of this image**: {said}."
     return note
 
 
@@ -184,8 +187,8 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
         docker_run=docker_run(loaded), env=derive.runtime_env(r), apply=apply,
         serve=continued(derive.serve_command(r), 3), buckets=r.buckets.summary or "",
         fix_rows=fix_rows(loaded, written), checks=checks, scenarios=scenarios,
-        verified_note=run_note(smoke, loaded.hash, here["smoke"], "smoke"),
-        bench_note=run_note(bench, loaded.hash, here["bench"], "bench"), capacity=capacity(loaded))
+        verified_note=run_note(smoke, loaded.hash, here["smoke"], "smoke", r.base),
+        bench_note=run_note(bench, loaded.hash, here["bench"], "bench", r.base), capacity=capacity(loaded))
 
 
 CAPACITY = "capacity.json"  # beside recipe.yaml; written by invoke fixes.capacity (the capacity lab)
@@ -229,11 +232,12 @@ def measured_rows(loaded: LoadedRecipe, smoke: results.Measured | None, bench: r
     here = here or {"smoke": current_image(loaded, smoke), "bench": current_image(loaded, bench)}
     checks = measured.join([measured.Item(c.name, c.title, c.expect)
                             for c in (r.verified.checks if r.verified else [])], smoke, here["smoke"],
-                           measured.smoke_value)
+                           measured.smoke_value, base=r.base)
     expects = {s.name: s.expect for s in (r.performance.scenarios if r.performance else [])}
     scenarios = measured.join([measured.Item(s.name, s.title, figure(s.expect))
                                for s in (r.performance.scenarios if r.performance else [])],
-                              bench, here["bench"], lambda e: figure(_figures(e["values"], expects.get(e["name"]))))
+                              bench, here["bench"], lambda e: figure(_figures(e["values"], expects.get(e["name"]))),
+                              base=r.base)
     return checks, scenarios
 
 
@@ -249,8 +253,9 @@ PUBLISHED_KEYS = results.FIGURES
 
 def bench_svg(loaded: LoadedRecipe, bench: results.Measured | None) -> str:
     """A bar per scenario: throughput in tokens/s, and seconds to the answer (the range's top). Measured
-    figures only from a run of the image the recipe builds now, else the published ones."""
-    if bench is not None and bench.content_hash != current_image(loaded, bench):
+    figures only from a run that stands as measured on the image the recipe builds now (measured.standing),
+    else the published ones."""
+    if bench is not None and measured.standing(bench, current_image(loaded, bench), loaded.recipe.base):
         bench = None
     rows = []
     for s in loaded.recipe.performance.scenarios if loaded.recipe.performance else []:

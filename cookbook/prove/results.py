@@ -7,14 +7,18 @@ committed, so a page is generated from files in the repository alone.
 What the pages take from a file (`Measured`): the date, the image id that ran (target.image_id), the
 image's content hash (target.content_hash, its `cookbook.content.hash` label, which the docs step
 compares with the hash of the checkout's build context on the same base, target.base_id and
-target.base_digest) and the hardware (target.hardware: "gaudi" under the habana
-runtime, "cpu" under Docker's default one; absent for a --url run, whose image nobody recorded).
+target.base_digest), the base it was built from (target.base_name), the hardware as the server
+reported it (target.hardware, from vLLM's own platform line in the server's log: never inferred from
+the runtime's name), and what changes a figure's meaning: the scale, the repeats (bench), the checks or
+scenarios selected (`only`, null for all) and the vLLM flags added to the recipe's (target.args).
+A --url run records none of the image fields: nobody recorded which image answered.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,8 @@ RESULTS = ROOT / "results"
 SCHEMAS = {"smoke": "cookbook.smoke/v1", "bench": "cookbook.bench/v1"}
 CONTENT_LABEL = "cookbook.content.hash"  # build.build_labels
 BASE_ID_LABEL, BASE_DIGEST_LABEL = "cookbook.base.id", "org.opencontainers.image.base.digest"  # render.labels
-GAUDI_RUNTIME = "habana"  # serve.GAUDI_RUNTIME; not imported: serve pulls in the engine
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"  # render.labels
+HARDWARE = ("gaudi", "cpu")
 # The bench values a page prints (docs.figure): each a finite number, not negative (seconds_to_answer may
 # be a [low, high] range); anything else is refused with the file and key, never printed or plotted.
 FIGURES = ("tokens_per_s", "aggregate_tokens_per_s", "per_stream_tokens_per_s", "seconds_to_answer")
@@ -47,24 +52,49 @@ class Measured:
     base_id: str | None = None  # what it was built FROM: the docs step hashes the checkout on this base
     base_digest: str | None = None
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    base_name: str | None = None  # the base image the run's image names (its base.name label)
+    scale: float | None = None
+    repeats: int | None = None  # bench only
+    only: tuple[str, ...] | None = None  # the checks or scenarios selected; None: all of them
+    args: tuple[str, ...] | None = None  # vLLM flags added to the recipe's; None: not recorded (--url)
 
     def entry(self, name: str) -> dict[str, Any] | None:
         return self.entries.get(name)
 
 
-def hardware(runtime: str | None) -> str:
-    """What a container run measured: the habana runtime is a Gaudi, Docker's default runtime a CPU."""
-    return "gaudi" if runtime == GAUDI_RUNTIME else "cpu"
+# vLLM's own words for the device it started on: the engine's config line ("Initializing a V1 LLM
+# engine ... with config: ... device_config=cpu, ..."), and the platform lines of vllm/platforms/__init__.py
+# ("Platform plugin hpu is activated" for vllm-gaudi; "Automatically detected platform cpu." where logged).
+_PLATFORM = re.compile(r"device_config=(\w+)|Platform plugin (\w+) is activated|Automatically detected platform "
+                       r"(\w+)\.")
+_PLATFORMS = {"hpu": "gaudi", "cpu": "cpu"}
 
 
-def image_target(image: str | None, image_id: str | None, runtime: str | None, labels: dict | None) -> dict:
+def detected_hardware(log: str) -> str | None:
+    """The hardware the server says it runs on, from its log: "gaudi", "cpu", or None when it named none,
+    another, or two (a runtime's name proves nothing: a habana runtime can start a CPU image)."""
+    said = {_PLATFORMS.get("".join(found)) for found in _PLATFORM.findall(log)}
+    return said.pop() if len(said) == 1 else None
+
+
+def log_hardware(path: Path | None) -> str | None:
+    try:
+        return detected_hardware(path.read_text(errors="replace")) if path else None
+    except OSError:
+        return None
+
+
+def image_target(image: str | None, image_id: str | None, hardware: str | None, labels: dict | None,
+                 args: list[str] | tuple[str, ...] | None = None) -> dict:
     """The writers' `target` for a container run: what ran, its content hash, the base it was built
     from (the content hash covers the base's engine id, so the docs step needs it to hash the checkout
-    as that build did), and the hardware."""
+    as that build did), the hardware the server reported (detected_hardware) and the vLLM flags the run
+    added to the recipe's."""
     labels = labels or {}
     return {"image": image, "image_id": image_id, "content_hash": labels.get(CONTENT_LABEL),
             "base_id": labels.get(BASE_ID_LABEL), "base_digest": labels.get(BASE_DIGEST_LABEL),
-            "hardware": hardware(runtime)}
+            "base_name": labels.get(BASE_NAME_LABEL), "hardware": hardware if hardware in HARDWARE else None,
+            "args": None if args is None else list(args)}
 
 
 def image_labels(image_id: str) -> dict:
@@ -88,11 +118,19 @@ def parse(doc: Any, kind: str, source: str = "") -> Measured:
         if not isinstance(doc.get(key), typ):
             raise bad(f"{key} is missing or not a {typ.__name__}", key)
     target = doc["target"]
-    for key in ("image", "image_id", "content_hash", "base_id", "base_digest", "hardware"):
+    for key in ("image", "image_id", "content_hash", "base_id", "base_digest", "base_name", "hardware"):
         if target.get(key) is not None and not isinstance(target[key], str):
             raise bad(f"target.{key} is not a string", f"target.{key}")
-    if target.get("hardware") not in (None, "gaudi", "cpu"):
+    if target.get("hardware") not in (None, *HARDWARE):
         raise bad(f"target.hardware is {target['hardware']!r}, not gaudi or cpu", "target.hardware")
+    args, only = _words(target.get("args")), _words(doc.get("only"))
+    if args is False or only is False:
+        raise bad("a list of strings expected", "target.args" if args is False else "only")
+    scale, repeats = doc.get("scale"), doc.get("repeats")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)):
+        raise bad(f"scale is {scale!r}, not a number", "scale")
+    if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int)):
+        raise bad(f"repeats is {repeats!r}, not a whole number", "repeats")
     entries = {}
     for i, row in enumerate(doc[rows_key]):
         if not isinstance(row, dict) or not isinstance(row.get("name"), str):
@@ -106,7 +144,17 @@ def parse(doc: Any, kind: str, source: str = "") -> Measured:
         entries[row["name"]] = row
     return Measured(kind, doc["recipe"], doc["recipe_hash"], doc[date_key], target.get("image"),
                     target.get("image_id"), target.get("content_hash"), target.get("hardware"),
-                    target.get("base_id"), target.get("base_digest"), entries)
+                    target.get("base_id"), target.get("base_digest"), entries, target.get("base_name"),
+                    None if scale is None else float(scale), repeats, only, args)
+
+
+def _words(value: Any) -> tuple[str, ...] | None | bool:
+    """A recorded list of words (flags, names) as a tuple; None where not recorded; False: not one."""
+    if value is None:
+        return None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return False
 
 
 def figure_problem(value: Any) -> str | None:
@@ -126,18 +174,25 @@ def path_for(recipe_id: str, kind: str, root: Path = RESULTS) -> Path:
     return root / recipe_id / f"{kind}.json"
 
 
-def load(recipe_id: str, kind: str, root: Path = RESULTS) -> Measured | None:
-    """The latest run of that kind, or None where there has been none."""
-    path = path_for(recipe_id, kind, root)
-    if not path.is_file():
-        return None
+def read(path: Path, kind: str) -> Measured:
+    """One result file as the pages read it; a missing, unreadable or truncated file is one clear error."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RecipeError(f"result file is not JSON: {exc.msg}", where=where(path, exc.lineno)) from None
     except UnicodeDecodeError as exc:
         raise RecipeError(f"result file is not UTF-8 text (byte {exc.start})", where=str(path)) from None
-    run = parse(doc, kind, str(path))
+    except OSError as exc:
+        raise RecipeError(f"result file does not read: {exc.strerror or exc}", where=str(path)) from None
+    return parse(doc, kind, str(path))
+
+
+def load(recipe_id: str, kind: str, root: Path = RESULTS) -> Measured | None:
+    """The latest run of that kind, or None where there has been none."""
+    path = path_for(recipe_id, kind, root)
+    if not path.is_file():
+        return None
+    run = read(path, kind)
     if run.recipe != recipe_id:
         raise RecipeError(f"result file is for {run.recipe} {run.kind}, not {recipe_id} {kind}", where=str(path))
     return run

@@ -79,3 +79,16 @@ def test_docs_site_is_readable_by_others_and_rebuilds_its_own(tmp_path):
     again = invoke("docs", "--site", str(site))
     assert again.returncode == 0, again.stderr
     assert not (site / "stale.html").exists() and (site / "index.html").is_file()
+
+
+def test_links_finds_every_symlink_inside_without_following_one(tmp_path):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    (out / "smoke").mkdir(parents=True)
+    elsewhere.mkdir()
+    (elsewhere / "deep").symlink_to(tmp_path)  # under a linked folder: never reached
+    (out / "build.log").symlink_to(tmp_path / "precious")
+    (out / "bench").symlink_to(elsewhere)
+    (out / "smoke" / "smoke.json").symlink_to(tmp_path / "gone")  # dangling counts too
+    (out / "state.json").write_text("{}")
+    assert outdir.links(out) == [out / "bench", out / "build.log", out / "smoke" / "smoke.json"]
+    assert outdir.links(tmp_path / "missing") == [] and outdir.links(out / "bench") == []

@@ -95,7 +95,8 @@ def write_smoke(out: Path, target: dict, rows, rid="qwen3.5-27b-fp8", recipe_has
     return out / "smoke.json"
 
 
-def write_bench(out: Path, target: dict, tokens_per_s: dict, rid="qwen3.5-27b-fp8", recipe_hash=None) -> Path:
+def write_bench(out: Path, target: dict, tokens_per_s: dict, rid="qwen3.5-27b-fp8", recipe_hash=None,
+                scale=1.0, repeats=3, only=None) -> Path:
     """bench.json as `invoke bench` writes it: scenarios summarised by bench.summarise, bench.write."""
     from cookbook.prove import bench
 
@@ -105,7 +106,8 @@ def write_bench(out: Path, target: dict, tokens_per_s: dict, rid="qwen3.5-27b-fp
                                      "aggregate_tokens_per_s": 49.0}], sc.expect)}
                  for sc in loaded.recipe.performance.scenarios if sc.name in tokens_per_s]
     doc = {"schema": bench.SCHEMA, "recipe": loaded.id, "recipe_hash": recipe_hash or loaded.hash,
-           "target": {"url": "http://127.0.0.1:8000", **target}, "server": {}, "scale": 1.0, "repeats": 1,
+           "target": {"url": "http://127.0.0.1:8000", **target}, "server": {}, "scale": scale, "repeats": repeats,
+           "only": only,
            "date": "2026-12-04T09:30:00Z", "scenarios": scenarios}
     bench.write(doc, out)
     return out / "bench.json"
@@ -115,18 +117,28 @@ def base_doc() -> dict:
     return {"schema": "cookbook.smoke/v1", "recipe": "r", "recipe_hash": "0", "started": "", "results": []}
 
 
-def measured_page(tmp_path, runtime="habana", content_hash=None, recipe_hash=None, base_labels=None):
+REGISTRY_DIGEST = "sha256:" + "d1" * 32  # what the build records of a base pulled from the recipe's registry
+
+
+def measured_page(tmp_path, hardware="gaudi", content_hash=None, recipe_hash=None, base_labels=None, args=(),
+                  scale=1.0, repeats=3, base_digest=REGISTRY_DIGEST):
     """The page built from the recipe and result files the writers wrote into a results folder."""
     from cookbook.prove import results
 
     loaded = recipes.load("qwen3.5-27b-fp8")
-    base = {"cookbook.base.id": "sha256:" + "ef" * 32}
-    built = docs.current_image(loaded, results.parse({**base_doc(), "target": {"base_id": base["cookbook.base.id"]}},
-                                                     "smoke"))  # what `invoke build` labels the image with
+    base = {"cookbook.base.id": "sha256:" + "ef" * 32, "org.opencontainers.image.base.name": loaded.recipe.base.image,
+            "org.opencontainers.image.base.digest": base_digest}
+    built = docs.current_image(loaded, results.parse({**base_doc(), "target": {
+        "base_id": base["cookbook.base.id"], "base_digest": base_digest}}, "smoke"))  # what `invoke build` labels
     labels = {"cookbook.content.hash": content_hash or built, **base, **(base_labels or {})}
-    target = results.image_target("gaudi-cookbook/qwen3.5-27b-fp8:v0.26.0", "sha256:" + "ab" * 32, runtime, labels)
+    # the target as results.image_target records it (tests/prove/test_results.py pins that function)
+    target = {"image": "gaudi-cookbook/qwen3.5-27b-fp8:v0.26.0", "image_id": "sha256:" + "ab" * 32,
+              "content_hash": labels["cookbook.content.hash"], "base_id": labels["cookbook.base.id"],
+              "base_digest": labels["org.opencontainers.image.base.digest"],
+              "base_name": labels["org.opencontainers.image.base.name"], "hardware": hardware, "args": list(args)}
     write_smoke(tmp_path / loaded.id, target, [("known-answers", "passed", "8/8 (run)")], recipe_hash=recipe_hash)
-    write_bench(tmp_path / loaded.id, target, {"one-stream-short": 51.25}, recipe_hash=recipe_hash)
+    write_bench(tmp_path / loaded.id, target, {"one-stream-short": 51.25}, recipe_hash=recipe_hash, scale=scale,
+                repeats=repeats)
     smoke, bench = results.load(loaded.id, "smoke", tmp_path), results.load(loaded.id, "bench", tmp_path)
     return docs.recipe_page(loaded, recipes.load_all(), set(), smoke, bench), docs.bench_svg(loaded, bench)
 
@@ -161,8 +173,38 @@ def test_the_same_image_on_another_base_is_not_this_image(tmp_path):
     assert "| 47.1 tokens/s | not measured on this image (last run: 51.2 tokens/s) |" in text
 
 
+def test_a_quick_run_of_this_image_says_what_it_was_and_is_not_drawn(tmp_path):
+    """`invoke chain --scale 0.01 --repeats 1 -- --max-model-len 8192` on this very image: its figures are
+    shown as what they are, never as the recipe's measured figures."""
+    text, svg = measured_page(tmp_path, scale=0.01, repeats=1, args=("--max-model-len", "8192"))
+    assert ("| One stream, short prompt, 256 tokens | 47.1 tokens/s | not a full run of this image (at scale 0.01; "
+            "median of 1 run; with vLLM flags added: --max-model-len 8192; last run: 51.2 tokens/s) |") in text
+    assert "**Not a full run of this image**: at scale 0.01; median of 1 run" in text
+    assert "published figures" in svg and "51.25" not in svg
+    smoke_row = "| 8/8 | not a full run of this image (with vLLM flags added: --max-model-len 8192; last run: 8/8"
+    assert smoke_row in text
+
+
+@pytest.mark.parametrize("digest, labels, words", [
+    # any local image given the recipe's base name (a retag): the build records no registry digest
+    (None, {}, "(on a local base image of that name, no registry digest (the recipe pins none); last run: "),
+    (REGISTRY_DIGEST, {"org.opencontainers.image.base.name": "example.com/other:1"},
+     "(on base example.com/other:1, not the recipe's vault.habana.ai/"),
+])
+def test_a_run_on_a_base_that_is_not_the_recipes_is_not_this_image(tmp_path, digest, labels, words):
+    text, svg = measured_page(tmp_path, base_labels=labels, base_digest=digest)
+    assert "| 47.1 tokens/s | not a full run of this image " + words in text
+    assert "51.25" not in svg
+
+
+def test_a_result_without_hardware_is_not_shown_as_measured(tmp_path):
+    text, svg = measured_page(tmp_path, hardware=None)
+    assert "| 47.1 tokens/s | not a full run of this image (hardware not recorded; last run: 51.2 tokens/s) |" in text
+    assert "51.25" not in svg
+
+
 def test_figures_measured_on_a_cpu_are_labelled(tmp_path):
-    text, svg = measured_page(tmp_path, runtime="")
+    text, svg = measured_page(tmp_path, hardware="cpu")
     assert f"| 8/8 | 8/8 (run) (on CPU) | 2026-12-04T09:00:00Z | {IMAGE} |" in text
     assert "| 47.1 tokens/s | 51.2 tokens/s (on CPU) |" in text
     assert "CPU figures, not Gaudi ones" in text and "latest bench run, on CPU" in svg
@@ -175,7 +217,7 @@ def test_publishing_refuses_cpu_figures_as_a_gaudi_recipes(tmp_path, monkeypatch
     monkeypatch.setattr(results, "RESULTS", res)
     monkeypatch.setattr(docs, "DOCS", tmp_path / "docs")
     monkeypatch.setattr(docs, "ROOT", tmp_path)
-    gaudi = results.image_target("img:tag", "sha256:" + "ab" * 32, "habana", {})
+    gaudi = results.image_target("img:tag", "sha256:" + "ab" * 32, "gaudi", {})
     write_smoke(res / "qwen3.5-27b-fp8", gaudi, [("known-answers", "passed", "8/8 (run)")])
     write_bench(res / "qwen3.5-27b-fp8", {**gaudi, "hardware": "cpu"}, {"one-stream-short": 51.25})
     with pytest.raises(RecipeError) as err:

@@ -38,6 +38,7 @@ class Result:
     started: str
     seconds: float = 0.0
     rows: list[dict] = field(default_factory=list)
+    only: list[str] | None = None  # the rows or kinds selected (--only); None: every check
 
     @property
     def passed(self) -> bool:
@@ -46,7 +47,7 @@ class Result:
     def as_json(self) -> dict:
         return {"schema": SCHEMA, "kind": "smoke", "recipe": self.recipe, "recipe_hash": self.recipe_hash,
                 "target": self.target, "model": self.model, "max_model_len": self.max_model_len,
-                "scale": self.scale, "factor": round(self.factor, 6), "block": self.block,
+                "scale": self.scale, "only": self.only, "factor": round(self.factor, 6), "block": self.block,
                 "k_tokens": sizing.K, "started": self.started, "seconds": round(self.seconds, 1),
                 "passed": self.passed, "results": self.rows}
 
@@ -125,7 +126,7 @@ def run(loaded, url: str, *, scale: float = 1.0, out_dir: Path, only=(), progres
         f"block {ctx.block}, answer budget {ctx.budget} tokens")
     result = Result(loaded.id, loaded.hash, target or {"url": server.url, "image": None, "image_id": None},
                     server.model, server.max_model_len, scale, ctx.factor, ctx.block,
-                    datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                    datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), only=sorted(only) or None)
     start = time.monotonic()
     try:
         for i, c in enumerate(checks, 1):
@@ -192,10 +193,12 @@ def parse_scale(text: str | None) -> float:
 
 
 def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only, dry_run: bool, *,
-         image: str | None = None, image_id: str | None = None, runtime: str | None = None) -> Result | None:
+         image: str | None = None, image_id: str | None = None, log_path: Path | None = None,
+         args: tuple[str, ...] = ()) -> Result | None:
     """`invoke smoke`: load the recipe, check the arguments, then run (or list, with dry_run) its checks.
-    `image`/`image_id`/`runtime`: the container started for the run (--image), recorded in smoke.json with
-    the image's content hash and the hardware, which the recipe page reads (cookbook/prove/results.py)."""
+    `image`/`image_id`/`log_path`/`args`: the container started for the run (--image), recorded in smoke.json
+    with the image's content hash and base, the hardware its server reported in its log, and the vLLM
+    flags added to the recipe's, which the recipe page reads (cookbook/prove/results.py)."""
     from ...host import progress
     from ...host.paths import ROOT
     from ...recipe import recipes
@@ -214,7 +217,8 @@ def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only
         return None
     target = {"url": url, "image": image, "image_id": image_id}
     if image_id:
-        target.update(results.image_target(image, image_id, runtime, results.image_labels(image_id)))
+        target.update(results.image_target(image, image_id, results.log_hardware(log_path),
+                                           results.image_labels(image_id), args))
     result = run(loaded, url, scale=factor, out_dir=out_dir, only=only, progress=progress.say, target=target)
     print(markdown(result), end="")
     print(f"results: {out_dir / 'smoke.json'}")
