@@ -263,6 +263,16 @@ class Chain:
         self.state = load_state(self.state_path)
         self.outcomes: list[Outcome] = []
         self.image_id: str | None = None
+        self.check_serving()
+
+    def check_serving(self) -> None:
+        """What serve would refuse (an --hf-cache of /, an --option, an --env, a --name), refused before
+        any step: the weights step writes into the Hub cache long before serve runs."""
+        from .image import steps
+        from .prove import serve
+
+        image = steps.moving_tag(self.loaded, self.opts.repo, False)  # the image is built later
+        serve.check_spec(dataclasses.replace(self.spec(), image=image))
 
     def claim(self) -> None:
         """Mark the folder as the chain's before its first write (checked in __init__)."""
