@@ -447,6 +447,9 @@ class Chain:
                 docs.refuse_misplaced(self.loaded, run, results.path_for(self.loaded.id, kind, root))
         for kind in ("smoke", "bench"):
             dest = results.path_for(self.loaded.id, kind, root)
+            if dest.parent.is_symlink():  # results/ID pointing elsewhere: the copy would land there
+                raise UsageError(f"{dest.parent} is a symlink; the chain never writes through one",
+                                 hint="remove the link; the chain makes the folder")
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".{dest.name}.tmp")  # then renamed: a symlink at dest is replaced, not followed
             tmp.unlink(missing_ok=True)

@@ -3,6 +3,7 @@ same request, whose evidence still says so, is not run again), its folder (the m
 written through), its one summary, and its dry run through invoke."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -680,6 +681,14 @@ def test_the_results_copy_replaces_a_link_never_writes_through_it(tmp_path):
     copy = res / "qwen3.5-27b-fp8" / "smoke.json"
     assert not copy.is_symlink() and copy.read_bytes() == (out / "smoke" / "smoke.json").read_bytes()
     assert outside.read_text() == "keep me\n"
+    # the recipe's folder itself a link out: refused, nothing written where it points
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(res / "qwen3.5-27b-fp8")
+    (res / "qwen3.5-27b-fp8").symlink_to(elsewhere)
+    c = chain.Chain(loaded(), chain.Options(out=out, results_root=res))
+    assert not c.step("results", c.results) and "is a symlink" in c.outcomes[-1].detail
+    assert list(elsewhere.iterdir()) == []
 
 
 @pytest.mark.parametrize("args,said", [
