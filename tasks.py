@@ -10,6 +10,7 @@ import sys
 
 from invoke import Collection, Exit, task
 
+from cookbook.host import signals
 from cookbook.host.errors import CookbookError, os_error_code, printable
 
 DEFAULT_RECIPE = "qwen3.5-27b-fp8"
@@ -17,12 +18,14 @@ DEFAULT_RECIPE = "qwen3.5-27b-fp8"
 
 def edge(fn):
     """Turn the cookbook's errors into a clear message and exit code, never a traceback (exit codes:
-    cookbook/host/errors.py and the README)."""
+    cookbook/host/errors.py and the README). Every task is interruptible: SIGTERM, as Ctrl-C, unwinds it
+    (its temporary folders and containers cleaned up, its children's process groups killed), exit 1."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with signals.interruptible():
+                return fn(*args, **kwargs)
         except CookbookError as exc:  # printable: it may quote a server's or a file's words
             print("\n".join(printable(line) for line in f"error: {exc}".splitlines()), file=sys.stderr)
             raise Exit(code=exc.exit_code) from None

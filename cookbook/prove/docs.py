@@ -11,12 +11,11 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..host import outdir
+from ..host import outdir, signals
 from ..host.errors import CookbookError, RecipeError, printable
 from ..host.paths import ROOT
 from ..host.progress import say
@@ -408,8 +407,8 @@ def build_site(out: Path, dry_run: bool = False) -> Path:
         print(printable(shlex.join([*cmd, "-d", str(out)])))
         return out
     with outdir.staged(out, SITE_MARKER, SITE_MARKER_TEXT) as tmp:
-        proc = subprocess.run([*cmd, "-d", str(tmp)], capture_output=True, text=True, cwd=ROOT,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        proc = signals.run([*cmd, "-d", str(tmp)], capture_output=True, text=True, cwd=ROOT,
+                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
         if proc.returncode != 0:
             raise CookbookError("mkdocs could not build the site:\n" + proc.stderr.strip()[-1500:])
     say(f"site built into {out}")

@@ -504,3 +504,25 @@ def test_a_huge_figure_is_printed_short(tmp_path):
                                           (1e308, "1e+308")])
 def test_rate(value, words):
     assert docs.rate(value) == words
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_an_interrupted_site_build_leaves_no_mkdocs_and_no_half_written_site(tmp_path, sig):
+    """`invoke docs --site DIR` signalled while mkdocs builds: mkdocs is killed, the staging folder
+    beside DIR removed, DIR never made; one exit 1, no traceback (the task edge makes every task so)."""
+    import signal
+
+    from .. import interrupts
+
+    parent = tmp_path / "parent"
+    proc = interrupts.start(tmp_path / "tmp", "docs", "--site", str(parent / "site"))
+    try:
+        interrupts.wait_for(lambda: any("mkdocs" in c for c in interrupts.processes_naming(str(parent)).values()),
+                            proc, 120, "mkdocs building")
+        _, stderr = interrupts.interrupt(proc, getattr(signal, sig), timeout=60)
+        assert proc.returncode == 1 and "Traceback" not in stderr, stderr[-2000:]
+        assert interrupts.processes_naming(str(parent)) == {}
+        assert list(parent.iterdir()) == []
+    finally:
+        proc.kill()
+        interrupts.kill_left(str(parent))
