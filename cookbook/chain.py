@@ -266,13 +266,18 @@ class Chain:
         self.check_serving()
 
     def check_serving(self) -> None:
-        """What serve would refuse (an --hf-cache of /, an --option, an --env, a --name), refused before
-        any step: the weights step writes into the Hub cache long before serve runs."""
+        """What serve, smoke and bench would refuse (an --hf-cache of /, an --option, an --env, a --name, a
+        check or scenario the recipe has not), refused before any step: the weights step writes into the
+        Hub cache, and the build takes many minutes, long before they run."""
         from .image import steps
-        from .prove import serve
+        from .prove import bench, serve, smoke
 
         image = steps.moving_tag(self.loaded, self.opts.repo, False)  # the image is built later
         serve.check_spec(dataclasses.replace(self.spec(), image=image))
+        if self.opts.smoke_only:  # a recipe with no checks or scenarios fails at its step, as alone
+            smoke.chosen(self.loaded, self.opts.smoke_only)
+        if self.opts.bench_only or self.opts.repeats < 1:
+            bench.check_request(self.loaded, self.opts.repeats, self.opts.bench_only)
 
     def claim(self) -> None:
         """Mark the folder as the chain's before its first write (checked in __init__)."""

@@ -696,11 +696,14 @@ def test_the_results_copy_replaces_a_link_never_writes_through_it(tmp_path):
     (["--hf-cache", "/etc"], "--hf-cache /etc: /etc is the host's own"),
     (["--option=--privileged=true"], "this docker run option is not one --option takes"),
     (["--name", "a/b"], "--name"),
+    (["--smoke-only", "nope"], "--only names no check of this recipe: nope"),
+    (["--bench-only", "nope"], "no scenario nope in qwen3.5-27b-fp8"),
 ])
 @pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
 def test_what_serve_refuses_is_refused_before_any_step(tmp_path, args, said, dry):
-    """The weights step writes into the Hub cache before serve starts: an --hf-cache serve would refuse
-    (mounted read-write) is refused before it, with everything else serve refuses."""
+    """The weights step writes into the Hub cache, and the build takes many minutes, before serve, smoke
+    and bench start: what they would refuse (an --hf-cache mounted read-write, a check or scenario the
+    recipe has not) is refused before any step."""
     out = invoke("chain", "--out", str(tmp_path / "v"), *args, *(["--dry-run"] if dry else []))
     assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert not (tmp_path / "v").exists()

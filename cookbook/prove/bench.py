@@ -302,9 +302,8 @@ def summarise(runs: list[dict], expect: dict) -> dict:
     return {"values": values, "spread": spread, "expect": expect}
 
 
-def run(loaded: LoadedRecipe, url: str, *, scale: float = 1.0, repeats: int = 3, only: list[str] | None = None,
-        image: str | None = None, image_id: str | None = None, facts: dict | None = None) -> dict:
-    """`facts`: what results.image_target says of a container run (content hash, hardware), for the page."""
+def check_request(loaded: LoadedRecipe, repeats: int, only) -> object:
+    """The recipe's performance section, once a run's repeats and `only` are ones it can do."""
     perf = loaded.recipe.performance
     if perf is None or not perf.scenarios:
         raise UsageError(f"recipe {loaded.id} has no performance.scenarios", where=str(loaded.path))
@@ -314,6 +313,13 @@ def run(loaded: LoadedRecipe, url: str, *, scale: float = 1.0, repeats: int = 3,
     unknown = sorted(set(only or []) - set(names))
     if unknown:
         raise UsageError(f"no scenario {', '.join(unknown)} in {loaded.id}", hint="one of: " + ", ".join(names))
+    return perf
+
+
+def run(loaded: LoadedRecipe, url: str, *, scale: float = 1.0, repeats: int = 3, only: list[str] | None = None,
+        image: str | None = None, image_id: str | None = None, facts: dict | None = None) -> dict:
+    """`facts`: what results.image_target says of a container run (content hash, hardware), for the page."""
+    perf = check_request(loaded, repeats, only)
     server = Server.connect(url, REQUEST_TIMEOUT_S)
     filler = filler_ids(server)
     seeds = iter(range(1, 10**6))

@@ -94,6 +94,11 @@ def select(checks: list, only: list[str] | tuple[str, ...] = ()) -> list:
     return [c for c in checks if c.name in wanted or c.check in wanted]
 
 
+def chosen(loaded, only=()) -> list:
+    """The recipe's checks a run with `only` runs; what a run would refuse is refused here."""
+    return select(_verified(loaded).checks, only)
+
+
 def plan(loaded, only=()) -> list[str]:
     """What a run would do, a line a check (the dry run)."""
     verified = _verified(loaded)
@@ -117,7 +122,7 @@ def run(loaded, url: str, *, scale: float = 1.0, out_dir: Path, only=(), progres
 
     if scale <= 0:
         raise UsageError(f"--scale must be positive, not {scale}")
-    checks = select(_verified(loaded).checks, only)
+    checks = chosen(loaded, only)
     server = Server.connect(url)
     rec = loaded.recipe
     ctx = Context(server, sizing.factor(server.max_model_len, recipe_context(rec), scale), recipe_block(rec),
