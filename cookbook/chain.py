@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import sys
@@ -111,7 +110,9 @@ def save_state(path: Path, state: dict) -> None:
 def asked(opts: Options, step: str) -> dict:
     """What a per-image step's result means besides the image id: a step done for another request is
     redone. The environment is kept as a hash (its values are the user's, not for a state file)."""
-    env = hashlib.sha256(json.dumps(sorted(opts.env.items())).encode()).hexdigest()[:16] if opts.env else None
+    from .recipe import fixes
+
+    env = fixes.fixplan.sha256_bytes(json.dumps(sorted(opts.env.items())).encode())[:16] if opts.env else None
     server = {"runtime": opts.runtime, "args": list(opts.args), "options": list(opts.options), "env": env}
     smoke = {**server, "smoke_only": sorted(opts.smoke_only)}
     bench = {**server, "bench_only": sorted(opts.bench_only), "scale": opts.scale, "repeats": opts.repeats}

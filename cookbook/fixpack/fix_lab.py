@@ -232,7 +232,7 @@ NOBODY = "65534:65534"
 CONTAINED_ROLE = "fixes-lab"
 # Where everything goes in the container: host folders may sit under /root, which nobody cannot enter.
 # tests/lab and recipes/ keep their places in a checkout (tests/lab/_capacity.py reads ../../recipes).
-OPT = "/opt/cookbook-lab"
+OPT = "/opt/lab"  # where the contained lab mounts what it runs (run_contained)
 IN = {"python": f"{OPT}/python", "env": f"{OPT}/env", "venv": f"{OPT}/venv", "tree": f"{OPT}/tree",
       "lab": f"{OPT}/repo/tests/lab", "recipes": f"{OPT}/repo/recipes", "cwd": f"{OPT}/cwd", "out": f"{OPT}/out"}
 JUNIT_LIMIT = 64 << 20  # a hostile tree writes the junit XML: bounded, like any answer from outside

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from . import signals
-from .errors import EngineError, printable
+from .errors import CookbookError, EngineError, printable
 from .paths import ROOT
 from .progress import line
 
@@ -125,9 +125,11 @@ def sdk():
 
 
 @contextlib.contextmanager
-def sdk_errors(what: str) -> Iterator[None]:
-    """A docker SDK call that the engine refuses (an APIError: an image it cannot start, a container gone)
-    or that does not reach it, as one EngineError line (exit 3), never a traceback."""
+def sdk_errors(what: str, refused: type[CookbookError] = EngineError) -> Iterator[None]:
+    """A docker SDK call that does not reach the engine as one EngineError line (exit 3), never a
+    traceback; one the engine answers with a refusal (an APIError: an image it cannot start, a container
+    gone) as `refused`, EngineError unless the caller knows better (an image with no `sleep` to run is
+    the image's failing, not the engine's)."""
     import docker.errors
     import requests
 
@@ -135,4 +137,5 @@ def sdk_errors(what: str) -> Iterator[None]:
         yield
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         said = getattr(exc, "explanation", None) or str(exc)
-        raise EngineError(f"{what}: the Docker engine said: {printable(str(said).strip()[:300])}") from None
+        error = refused if isinstance(exc, docker.errors.APIError) else EngineError
+        raise error(f"{what}: the Docker engine said: {printable(str(said).strip()[:300])}") from None

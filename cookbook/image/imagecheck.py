@@ -100,7 +100,7 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
               RUN_LABEL: run_id}
     # By id, not by name: the name may be re-pointed meanwhile, and the evidence is filed under this id.
     try:  # created inside: an interrupt or a failed start still sweeps it by this run's label
-        with engine.sdk_errors(f"the image-check container of {image} did not start"):
+        with engine.sdk_errors(f"the image-check container of {image} did not start", refused=CheckFailure):
             container = engine.sdk().containers.run(image_id, entrypoint=["sleep"], command=["infinity"],
                                                     detach=True, network_mode="none", labels=labels)
         with tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
