@@ -83,7 +83,7 @@ def owner_of(module: str) -> str | None:
 
 def environment() -> Path:
     """The lab's Python environment, or an error that names the command that builds it."""
-    out = subprocess.run(["bash", str(BUILD_SCRIPT), "--print"], capture_output=True, text=True, check=True)
+    out = signals.run(["bash", str(BUILD_SCRIPT), "--print"], capture_output=True, text=True, check=True)
     env = Path(out.stdout.strip())
     if not (env / ".complete").is_file():
         raise LabError(f"the fix lab environment is not built ({env})", hint=f"run {BUILD_SCRIPT}")

@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import grammar
+from . import grammar, signals
 from .errors import UpstreamError, UsageError, printable
 from .paths import cache_dir
 from .progress import say
@@ -78,7 +78,7 @@ def _put_in_place(tree: Path, dest: Path, marker: dict) -> None:
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+    return signals.run(cmd, capture_output=True, text=True, **kw)
 
 
 def check_source(source: str) -> None:
@@ -206,7 +206,7 @@ def fetch_vllm(pins: Pins, wheel: Path | None = None, dry_run: bool = False) -> 
         if wheel is None:
             say(f"vllm {pins.vllm_version}: downloading the wheel from PyPI (about 300 MB)")
             download[-1] = str(tmp)
-            got = subprocess.run(download, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            got = signals.run(download, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if got.returncode != 0:
                 raise UpstreamError(f"pip could not download vllm=={pins.vllm_version}: "
                                     + got.stderr.strip()[-400:],

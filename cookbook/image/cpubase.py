@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
-from ..host import engine
+from ..host import engine, signals
 from ..host.errors import BuildError
 from ..host.paths import ROOT, cache_dir
 from ..host.progress import say
@@ -48,7 +47,7 @@ CMD ["python3"]
 
 def vllm_env() -> Path:
     """The CPU vLLM environment (built by scripts/vllm-cpu-env.sh, cached; seconds when present)."""
-    out = subprocess.run(["bash", str(ENV_SCRIPT)], capture_output=True, text=True)
+    out = signals.run(["bash", str(ENV_SCRIPT)], capture_output=True, text=True)
     if out.returncode != 0:
         raise BuildError("the CPU vLLM environment could not be built: " + out.stderr.strip()[-600:],
                          hint=f"run {ENV_SCRIPT} and read its messages")
@@ -94,7 +93,7 @@ def ensure_rootfs_image() -> str:
         tar.parent.mkdir(parents=True, exist_ok=True)
         tmp = tar.with_name(tar.name + ".partial")
         say(f"vLLM CPU base: building a Debian {standin.SUITE} rootfs with {', '.join(PACKAGES)}")
-        proc = subprocess.run(standin.mmdebstrap_command(tmp, packages=PACKAGES), capture_output=True, text=True)
+        proc = signals.run(standin.mmdebstrap_command(tmp, packages=PACKAGES), capture_output=True, text=True)
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             raise BuildError("mmdebstrap failed: " + proc.stderr.strip()[-800:],

@@ -9,11 +9,10 @@ install records. Images built on it are tagged and labelled `standin` and are ne
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
-from ..host import engine, upstream
+from ..host import engine, signals, upstream
 from ..host.errors import BuildError
 from ..host.paths import cache_dir
 from ..host.progress import say
@@ -59,7 +58,7 @@ def ensure_rootfs(dry_run: bool = False) -> Path:
     tmp = tar.with_name(tar.name.replace(".tar", ".partial.tar"))
     _remove(tmp)
     say(f"stand-in rootfs: building Debian {SUITE} with {', '.join(PACKAGES)} (about half a minute)")
-    proc = subprocess.run(mmdebstrap_command(tmp), capture_output=True, text=True)
+    proc = signals.run(mmdebstrap_command(tmp), capture_output=True, text=True)
     if proc.returncode != 0:
         _remove(tmp)
         raise BuildError("mmdebstrap failed: " + proc.stderr.strip()[-800:],

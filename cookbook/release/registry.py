@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..host import grammar
+from ..host import grammar, signals
 from ..host.errors import PublishError, UsageError
 from ..recipe import fixes
 
@@ -183,7 +183,7 @@ class Registry:
 
     def _run(self, args: list[str], what: str, not_found_ok: bool = False) -> subprocess.CompletedProcess | None:
         try:
-            out = subprocess.run([skopeo(), *args], capture_output=True, text=True, timeout=TIMEOUT_S,
+            out = signals.run([skopeo(), *args], capture_output=True, text=True, timeout=TIMEOUT_S,
                                  stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise PublishError(f"{what}: the registry {self.host} did not answer in {TIMEOUT_S}s") from None

