@@ -12,6 +12,9 @@ first part of the request's path (`http://127.0.0.1:PORT/MODE` is the URL a clie
   bad-shape     /v1/models is fine, a stream's event is an object whose choices are not a list
   escapes       /v1/models names a model with terminal escape codes in its id
   cut           /v1/models says it has 1000 bytes and sends 10
+  pypi-flood    a package index (/simple/NAME/) whose one wheel link streams bytes as fast as it can
+
+A git or pip client is given `http://127.0.0.1:PORT/drip/...` for a source that trickles forever.
 
 Bytes sent are capped (SEND_CAP) so a client that never stops reading still ends. Run as a script it
 prints its URL and serves until killed.
@@ -85,6 +88,13 @@ class Handler(socketserver.BaseRequestHandler):
                 return sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"data\": [")
             if mode not in ("long-header", "many-headers"):
                 return sock.sendall(_answer("200 OK", json.dumps(models).encode()))
+        if mode == "pypi-flood":
+            if rest.startswith("/simple/"):
+                name = rest.split("/")[2]
+                link = f'<a href="/pypi-flood/files/{name}-0.26.0-py3-none-any.whl">{name}-0.26.0-py3-none-any.whl</a>'
+                return sock.sendall(_answer("200 OK", f"<html><body>{link}</body></html>".encode(), "text/html"))
+            return _send_forever(sock, b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                                       b"Connection: close\r\n\r\n", PIECE)
         if rest == "/metrics":
             return sock.sendall(_answer("404 Not Found", b""))
         if mode == "huge-chunk":

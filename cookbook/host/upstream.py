@@ -4,11 +4,16 @@ vllm-gaudi is not on PyPI, so its pinned commit is fetched with git, from GitHub
 local mirror or path. vLLM comes from the PyPI wheel (`pip download --no-deps`), of which only the
 Python files and the dist-info are kept. Each entry is written to a temporary folder and renamed into
 place with a `.complete` marker, so an interrupted fetch leaves nothing that looks usable.
+
+A source is outside input: each download (git's fetch, pip's) runs under an overall deadline
+(COOKBOOK_UPSTREAM_TIMEOUT) and a bound on what it writes (COOKBOOK_UPSTREAM_MAX_MB), and a tree is
+unpacked only when its listing (git ls-tree's sizes, the wheel's zip directory) is within that bound.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -18,13 +23,28 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import grammar, signals
+from . import grammar, limits, signals
 from .errors import UpstreamError, UsageError, printable
 from .paths import cache_dir
 from .progress import say
 
 GITHUB = "https://github.com/vllm-project/vllm-gaudi.git"
 MARKER = ".complete"
+TIMEOUT_ENV, DEFAULT_TIMEOUT_S = "COOKBOOK_UPSTREAM_TIMEOUT", 3600.0  # each fetch: a ref's tree, or the wheel
+MAX_ENV, DEFAULT_MAX_MB = "COOKBOOK_UPSTREAM_MAX_MB", 2048.0  # the vLLM wheel is about 0.5 GB, a tree less
+
+
+def bounds() -> tuple[limits.Deadline, int]:
+    """A fresh deadline for one fetch, and the byte bound of what it may write or unpack."""
+    seconds = limits.env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, "seconds", "each upstream fetch")
+    mb = limits.env_number(MAX_ENV, DEFAULT_MAX_MB, "mb", "what one upstream download may write")
+    return limits.Deadline(seconds, TIMEOUT_ENV), int(mb * (1 << 20))
+
+
+def check_listed_size(total: int, max_bytes: int, what: str) -> None:
+    if total > max_bytes:
+        raise UpstreamError(f"{what} lists {total >> 20} MB of files, more than the bound of {max_bytes >> 20} MB",
+                            hint=f"check the source; raise {MAX_ENV} (MB) if it is right")
 
 
 @dataclass(frozen=True)
@@ -151,9 +171,17 @@ def _fetch_tree(source: str, ref: str, want: str | None = None) -> Path:
     try:
         git = tmp / "git"
         _run(["git", "init", "-q", "--bare", str(git)], check=True)
-        got = _run(["git", "--git-dir", str(git), "fetch", "-q", "--depth", "1", source, _refspec(ref)], timeout=600)
+        deadline, max_bytes = bounds()
+
+        def fetch(what: str) -> subprocess.CompletedProcess:
+            return limits.run_bounded(["git", "--git-dir", str(git), "fetch", "-q", "--depth", "1", source, what],
+                                      watch=tmp, max_bytes=max_bytes, max_env=MAX_ENV, deadline=deadline,
+                                      what=f"fetching vllm-gaudi {ref} from {redact(source)}",
+                                      env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})  # never ask for a password
+
+        got = fetch(_refspec(ref))
         if got.returncode != 0 and want:
-            got = _run(["git", "--git-dir", str(git), "fetch", "-q", "--depth", "1", source, want], timeout=600)
+            got = fetch(want)
         if got.returncode != 0:
             lines = got.stderr.strip().splitlines() or ["git failed"]
             said = next((line for line in lines if line.startswith("fatal:")), lines[-1])
@@ -170,11 +198,14 @@ def _fetch_tree(source: str, ref: str, want: str | None = None) -> Path:
         dest = base / commit
         if is_complete(dest):
             return dest
+        listing = _run(["git", "--git-dir", str(git), "ls-tree", "-r", "-l", "-z", commit], check=True).stdout
+        check_listed_size(sum(int(e.split()[3]) for e in listing.split("\0") if e and e.split()[3] != "-"),
+                          max_bytes, f"vllm-gaudi {ref} ({redact(source)})")
         tree = tmp / "tree"
         tree.mkdir()
-        archive = subprocess.Popen(["git", "--git-dir", str(git), "archive", commit], stdout=subprocess.PIPE)
-        subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
-        if archive.wait() != 0:
+        with signals.popen(["git", "--git-dir", str(git), "archive", commit], stdout=subprocess.PIPE) as archive:
+            signals.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
+        if archive.returncode != 0:
             raise UpstreamError("git archive failed")
         marker = {"source": redact(source), "commit": commit}
         if ref != commit:
@@ -203,20 +234,33 @@ def fetch_vllm(pins: Pins, wheel: Path | None = None, dry_run: bool = False) -> 
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".vllm.", dir=dest.parent))
     try:
+        deadline, max_bytes = bounds()
         if wheel is None:
-            say(f"vllm {pins.vllm_version}: downloading the wheel from PyPI (about 300 MB)")
-            download[-1] = str(tmp)
-            got = signals.run(download, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            say(f"vllm {pins.vllm_version}: downloading the wheel from PyPI (about 500 MB; "
+                f"within {deadline.seconds:.0f}s, {TIMEOUT_ENV})")
+            download[-1] = str(tmp / "wheel")
+            # pip's own temporary files (where a download grows) and no cache of its own: all under tmp,
+            # so the bound sees every byte and an interrupted download leaves nothing behind.
+            env = {**os.environ, "TMPDIR": str(tmp), "PIP_NO_CACHE_DIR": "1"}
+            got = limits.run_bounded(download, watch=tmp, max_bytes=max_bytes, max_env=MAX_ENV, deadline=deadline,
+                                     what=f"downloading vllm=={pins.vllm_version}", env=env)
             if got.returncode != 0:
                 raise UpstreamError(f"pip could not download vllm=={pins.vllm_version}: "
-                                    + got.stderr.strip()[-400:],
+                                    + printable(got.stderr.strip()[-400:]),
                                     hint="give a downloaded wheel: invoke upstream.fetch --wheel PATH")
-            wheel = next(tmp.glob("vllm-*.whl"))
+            wheel = next((tmp / "wheel").glob("vllm-*.whl"), None)
+            if wheel is None:
+                raise UpstreamError(f"pip downloaded no vllm wheel for {pins.vllm_version}")
         tree = tmp / "tree"
-        with zipfile.ZipFile(wheel) as z:
-            names = [n for n in z.namelist() if n.endswith(".py") or ".dist-info/" in n]
-            for name in names:
-                z.extract(name, tree)
+        try:
+            with zipfile.ZipFile(wheel) as z:
+                infos = [i for i in z.infolist() if i.filename.endswith(".py") or ".dist-info/" in i.filename]
+                check_listed_size(sum(i.file_size for i in infos), max_bytes, f"the wheel {Path(wheel).name}")
+                for info in infos:
+                    z.extract(info, tree)
+        except (zipfile.BadZipFile, EOFError) as exc:
+            raise UpstreamError(f"the wheel {Path(wheel).name} is not a readable zip archive: {exc}") from None
+        names = [i.filename for i in infos]
         version_file = tree / "vllm" / "_version.py"
         recorded = version_file.read_text() if version_file.exists() else ""
         _put_in_place(tree, dest, {"wheel": Path(wheel).name, "files": len(names),

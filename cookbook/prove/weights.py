@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote, urlsplit
 
+from ..host import limits
 from ..host.errors import CheckFailure, UsageError, WeightsError, printable
 from ..host.progress import console, say
 
@@ -199,17 +200,7 @@ def listing(doc, repo_id: str) -> tuple[str, list[File]]:
 
 def deadline_s() -> float:
     """The step's overall deadline in seconds: COOKBOOK_WEIGHTS_TIMEOUT, else four hours."""
-    raw = os.environ.get(TIMEOUT_ENV)
-    if raw is None or raw == "":
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < 1e7:
-        raise UsageError(f"{TIMEOUT_ENV}={printable(raw)[:40]} is not a number of seconds",
-                         hint=f"export {TIMEOUT_ENV}=SECONDS (the whole weights step; default {DEFAULT_TIMEOUT_S:.0f})")
-    return value
+    return limits.env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, "seconds", "the whole weights step")
 
 
 def endpoint() -> str:

@@ -1,5 +1,6 @@
 """The upstream source cache: fetched with real git from a repository the test makes, and from a wheel."""
 
+import os
 import subprocess
 import zipfile
 
@@ -108,3 +109,84 @@ def test_unknown_ref_is_named_as_such(cache, origin):
     with pytest.raises(UpstreamError) as err:
         upstream.fetch_ref("v9.9.9", str(repo))
     assert "couldn't find remote ref refs/tags/v9.9.9" in str(err.value) and "40-hex commit" in str(err.value)
+
+
+# ------------------------------------------------------------ a hostile source: deadline and size bound
+
+@pytest.fixture
+def hostile():
+    from tests import hostile_http
+
+    server, url = hostile_http.start()
+    yield url
+    server.shutdown()
+
+
+def left_behind(cache):
+    """What a failed fetch left in the cache: nothing, not even its temporary folder."""
+    return [p.name for p in (cache / "upstream").glob("*/*")]
+
+
+def test_a_source_that_trickles_ends_at_the_deadline_through_the_task(cache, hostile):
+    from tests.test_tasks import invoke_env
+
+    out = invoke_env("upstream.fetch", "--from", f"{hostile}/drip/vllm-gaudi.git",
+                     COOKBOOK_CACHE=str(cache), COOKBOOK_UPSTREAM_TIMEOUT="2")
+    assert out.returncode == 3, out.stderr
+    assert "not done within the deadline of 2s" in out.stderr and "COOKBOOK_UPSTREAM_TIMEOUT" in out.stderr
+    assert "Traceback" not in out.stderr and left_behind(cache) == []
+
+
+def test_a_repository_larger_than_the_bound_is_refused(cache, origin, monkeypatch):
+    repo, _ = origin
+    (repo / "weights.bin").write_bytes(os.urandom(3 << 20))
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "big"],
+                   check=True)
+    monkeypatch.setenv("COOKBOOK_UPSTREAM_MAX_MB", "1")
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    with pytest.raises(UpstreamError, match=r"(more than 1 MB written|lists 3 MB of files)"):
+        upstream.fetch_ref(head, str(repo))
+    assert left_behind(cache) == []
+
+
+def pip_from(monkeypatch, index: str) -> None:
+    """pip reads this index only: no config file, no find-links of the machine's own."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_INDEX_URL", index)
+    for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("mode,bound,said", [
+    ("pypi-flood", ("COOKBOOK_UPSTREAM_MAX_MB", "5"), "more than 5 MB written"),
+    ("drip", ("COOKBOOK_UPSTREAM_TIMEOUT", "3"), "not done within the deadline of 3s"),
+])
+def test_an_index_that_floods_or_trickles_is_cut(cache, hostile, monkeypatch, mode, bound, said):
+    pip_from(monkeypatch, f"{hostile}/{mode}/simple")
+    monkeypatch.setenv(*bound)
+    with pytest.raises(UpstreamError, match=said):
+        upstream.fetch_vllm(upstream.Pins("v0.26.0", "a" * 40, "0.26.0"))
+    assert left_behind(cache) == []
+
+
+def test_a_wheel_listing_more_than_the_bound_is_not_unpacked(cache, tmp_path, monkeypatch):
+    wheel = tmp_path / "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:  # 12 MB of zeros: a few KB packed
+        z.writestr("vllm/big.py", b"0" * (12 << 20))
+    monkeypatch.setenv("COOKBOOK_UPSTREAM_MAX_MB", "10")
+    with pytest.raises(UpstreamError, match="lists 12 MB of files, more than the bound of 10 MB"):
+        upstream.fetch_vllm(upstream.Pins("v0.26.0", "a" * 40, "0.26.0"), wheel=wheel)
+    assert left_behind(cache) == []
+
+
+@pytest.mark.parametrize("name,value", [("COOKBOOK_UPSTREAM_TIMEOUT", "soon"), ("COOKBOOK_UPSTREAM_MAX_MB", "-1"),
+                                        ("COOKBOOK_UPSTREAM_MAX_MB", "nan")])
+def test_a_bound_that_is_not_a_number_is_a_usage_error(cache, origin, monkeypatch, name, value):
+    from cookbook.host.errors import UsageError
+
+    monkeypatch.setenv(name, value)
+    repo, commit = origin
+    with pytest.raises(UsageError, match=f"{name}={value} is not a number"):
+        upstream.fetch_vllm_gaudi(upstream.Pins("v0.26.0", commit, "0.26.0"), str(repo))
