@@ -207,6 +207,7 @@ def _fetch_tree(source: str, ref: str, want: str | None = None) -> Path:
             signals.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
         if archive.returncode != 0:
             raise UpstreamError("git archive failed")
+        refuse_links_out(tree, f"vllm-gaudi {ref} ({redact(source)})")
         marker = {"source": redact(source), "commit": commit}
         if ref != commit:
             marker["ref"] = ref
@@ -215,6 +216,16 @@ def _fetch_tree(source: str, ref: str, want: str | None = None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
     say(f"vllm-gaudi {ref}: cached at {dest}")
     return dest
+
+
+def refuse_links_out(tree: Path, what: str) -> None:
+    """A tree from outside may hold symlinks; one that points out of the tree would have the lab, the
+    drift check or a base comparison read (or patch) a host file through it."""
+    inside = tree.resolve()
+    for path in tree.rglob("*"):
+        if path.is_symlink() and not path.resolve().is_relative_to(inside):
+            raise UpstreamError(f"{what} holds a link out of its tree: {printable(str(path.relative_to(tree)))} -> "
+                                f"{printable(os.readlink(path))[:200]}", hint="check the source")
 
 
 def fetch_vllm(pins: Pins, wheel: Path | None = None, dry_run: bool = False) -> Path:

@@ -122,6 +122,15 @@ def hostile():
     server.shutdown()
 
 
+def commit_all(repo) -> str:
+    """Commit what the test added to the origin; the new commit."""
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "more"],
+                   check=True)
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def left_behind(cache):
     """What a failed fetch left in the cache: nothing, not even its temporary folder."""
     return [p.name for p in (cache / "upstream").glob("*/*")]
@@ -140,12 +149,8 @@ def test_a_source_that_trickles_ends_at_the_deadline_through_the_task(cache, hos
 def test_a_repository_larger_than_the_bound_is_refused(cache, origin, monkeypatch):
     repo, _ = origin
     (repo / "weights.bin").write_bytes(os.urandom(3 << 20))
-    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "big"],
-                   check=True)
     monkeypatch.setenv("COOKBOOK_UPSTREAM_MAX_MB", "1")
-    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    head = commit_all(repo)
     with pytest.raises(UpstreamError, match=r"(more than 1 MB written|lists 3 MB of files)"):
         upstream.fetch_ref(head, str(repo))
     assert left_behind(cache) == []
@@ -190,3 +195,13 @@ def test_a_bound_that_is_not_a_number_is_a_usage_error(cache, origin, monkeypatc
     repo, commit = origin
     with pytest.raises(UsageError, match=f"{name}={value} is not a number"):
         upstream.fetch_vllm_gaudi(upstream.Pins("v0.26.0", commit, "0.26.0"), str(repo))
+
+
+def test_a_tree_with_a_link_out_of_it_is_refused(cache, origin):
+    repo, _ = origin
+    (repo / "vllm_gaudi" / "inside").symlink_to("__init__.py")  # a link within the tree is fine
+    (repo / "vllm_gaudi" / "passwd").symlink_to("/etc/passwd")
+    head = commit_all(repo)
+    with pytest.raises(UpstreamError, match=r"link out of its tree: vllm_gaudi/passwd -> /etc/passwd"):
+        upstream.fetch_ref(head, str(repo))
+    assert left_behind(cache) == []
