@@ -340,6 +340,17 @@ def written_fixes(profile_name: str = "v0.26.0", fixes_dir: Path | None = None) 
     return [n for n in profile.order if (fixes_dir / n / "fix.yaml").is_file()]
 
 
+def check_named(only: list[str] | None, profile_name: str, fixes_dir: Path | None = None) -> list[str] | None:
+    """The fixes named for the lab (`--fix`, `--lab-fix`), each a written fix of the profile; a dry run
+    refuses what the run would, before anything is laid out."""
+    written = written_fixes(profile_name, fixes_dir)
+    unknown = [n for n in only or [] if n not in written]
+    if unknown:
+        raise UsageError(f"no written fix of profile {profile_name} is named {', '.join(map(repr, unknown))[:200]}",
+                         hint="name one of: " + ", ".join(written))
+    return only
+
+
 def upstream_tests_root(profile_name: str = "v0.26.0") -> Path:
     profile = fixes.load_profile(profile_name, default_fixes_dir())
     gaudi, _ = upstream.require(pins_for(profile))
@@ -472,7 +483,7 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
     is named), with `alone` each fix's tests on a tree with that fix alone, and (optionally) upstream's
     unit tests that pass on the pristine release run on the patched one. With `base_files` (a base
     image's target files, fixes.rebase) every lab process runs contained (`run_contained`)."""
-    names = only or written_fixes(profile_name, fixes_dir)
+    names = check_named(only, profile_name, fixes_dir) or written_fixes(profile_name, fixes_dir)
     modules = [m for n in names for m in modules_for(n)] + ([] if only else pack_modules())
     if not only and pack_modules():
         names = [*names, PACK]

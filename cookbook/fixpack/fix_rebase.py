@@ -113,6 +113,7 @@ def rebase(image: str, profile_name: str = "v0.26.0", site: str | None = None, o
     wanted = fix_base.targets(present)
     out = out or ROOT / "build" / "fixes-rebase" / fix_base.slug(image)
     outdir.check(out.absolute(), MARKER, "the image's folder under build/fixes-rebase", verb="write")
+    fix_lab.check_named(lab_fixes, profile_name, fixes_dir)
     if dry_run:
         print(f"read {len(wanted)} target files from {image} as `invoke fixes.verify --base {image} --dry-run` shows")
         print(f"write the candidate pack (a copy of {fixes_dir} with the fixes that differ but apply re-anchored "

@@ -440,6 +440,7 @@ def bench(loaded: LoadedRecipe, url: str | None, run_spec, out: Path, *, scale: 
     if bool(url) == bool(run_spec):
         raise UsageError("give exactly one of --url and --image")
     url = url and check_url(url)
+    check_request(loaded, repeats, only)  # a dry run refuses what the run would
     if dry:
         if run_spec:
             serve.check_spec(run_spec)

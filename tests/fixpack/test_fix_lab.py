@@ -156,6 +156,20 @@ def test_verdict_holds_each_fix_to_fail_pristine_and_pass_patched(pristine, patc
     assert len(fix_lab.Verdict("x", pristine, patched).problems) == problems
 
 
+@pytest.mark.parametrize("task", [("fixes.lab", "--fix"), ("fixes.rebase", "--base", "busybox:latest", "--lab-fix")])
+def test_a_dry_run_refuses_a_fix_name_the_run_would(task):
+    from ..test_tasks import invoke
+
+    out = invoke(*task, "no-such-fix", "--dry-run")
+    assert out.returncode == 2 and "no written fix of profile v0.26.0 is named 'no-such-fix'" in out.stderr
+    assert "rope-cpu-cache" in out.stderr and "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_check_named_passes_written_fixes_and_none():
+    assert fix_lab.check_named(None, "v0.26.0") is None
+    assert fix_lab.check_named(WRITTEN[:2], "v0.26.0") == WRITTEN[:2]
+
+
 def test_keep_never_replaces_a_folder_the_lab_did_not_lay_out(tmp_path):
     (tmp_path / "patched").mkdir()
     (tmp_path / "patched" / "notes.txt").write_text("mine")

@@ -354,3 +354,10 @@ def test_a_server_that_does_not_speak_the_api_stops_the_bench(mode, words):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_dry_run_refuses_a_scenario_the_run_would():
+    from ..test_tasks import invoke
+
+    out = invoke("bench", "--url", "http://127.0.0.1:9", "--only", "no-such-scenario", "--dry-run")
+    assert out.returncode == 2 and "no scenario no-such-scenario" in out.stderr and out.stdout == ""
