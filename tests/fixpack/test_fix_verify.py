@@ -132,7 +132,8 @@ def test_new_from_a_copy_with_the_earlier_fixes_keeps_only_its_own_changes(pack,
     runner.write_text(packs.mark_first_line((root / packs.RUNNER).read_text()))
     other = "platform.py"
     (edit / other).write_text((root / other).read_text() + "# the new fix\n")
-    fix_new.new_fix("prompt-order", edit, "vllm_gaudi", "v0.26.0", title="t", why="w", how="h", fixes_dir=pack)
+    fix_new.new_fix("prompt-order", edit, "vllm_gaudi", "v0.26.0", title="t", why="w", how="h",
+                    upstream=packs.NONE_FOUND, fixes_dir=pack)
     spec = fixes.load_fix("prompt-order", pack)
     assert list(spec.targets[0].files) == [other]
     patch = (pack / "prompt-order" / spec.patches[0].file).read_text()
