@@ -358,7 +358,7 @@ def upstream_section(names: list[str]) -> list[str]:
     for name in names:
         upstream = fixes.load_fix(name).upstream
         if not upstream.found:
-            lines.append(f"- `{name}`: none found ({upstream.looked}).")
+            lines.append(f"- `{name}`: none found (looked {upstream.looked}).")
             continue
         lines.append(f"- `{name}` (looked {upstream.looked}):")
         lines += [f"  - [{md_text(f.ref)}]({f.url}), {f.state}" + (f" (in {md_text(f.fixed_in)})" if f.fixed_in else "")

@@ -296,7 +296,7 @@ def test_the_fix_index_names_written_fixes_and_their_recipes(with_testpack):
             in text)
     assert ("`strict-think-end` | - | opt-in | not written yet | - | [qwen3.6-27b-fp8](recipes/qwen3.6-27b-fp8.md) |"
             in text)
-    assert "- `selftest-runner`: none found (2026-12-06)." in text
+    assert "- `selftest-runner`: none found (looked 2026-12-06)." in text
 
 
 UPSTREAM = {"ref": "vllm-gaudi#1769", "url": "https://github.com/vllm-project/vllm-gaudi/pull/1769", "state": "merged",
@@ -326,7 +326,7 @@ def test_the_fix_index_and_the_recipe_pages_say_where_upstream_stands():
     index = docs.fixes_page(everything, written)
     row = next(line for line in index.splitlines() if line.startswith("| 7 | `async-penalty-tokens` |"))
     assert "[vllm-gaudi#1769](https://github.com/vllm-project/vllm-gaudi/pull/1769) merged, in v0.28.0" in row
-    assert "- `prompt-order`: none found (2026-12-06)." in index
+    assert "- `prompt-order`: none found (looked 2026-12-06)." in index
     assert "made a &lt;tool_call&gt; written while thinking end Qwen3 reasoning" in index  # `says`, escaped
     loaded = next(lr for lr in everything if lr.id == "qwen3.6-27b-fp8")
     recipe = docs.recipe_page(loaded, everything, written, None, None)
