@@ -213,16 +213,17 @@ def load_fix(name: str, fixes_dir: Path | None = None) -> FixSpec:
     if not path.is_file():
         raise FixError(f"fix {name!r} has no {path}", hint="known fixes: " + ", ".join(fix_names(fixes_dir)))
     source = yamlsource.load(path, error=FixError)
-    looked = source.data.get("upstream") if isinstance(source.data, dict) else None
-    if isinstance(looked, dict) and looked.get("looked") == "TODO":
+    upstream = source.data.get("upstream") if isinstance(source.data, dict) else None
+    if isinstance(upstream, dict) and upstream.get("looked") == "TODO":
         raise FixError(f"fix {name}: `upstream` is still the scaffold's TODO",
                        where=where(path, source.line_of(("upstream", "looked")), "upstream.looked"),
                        hint=UPSTREAM_HINT)
     spec = _validate(FixSpec, source)
-    for keys, problem in upstream_problems(spec.upstream, datetime.date.today()):
-        key = yamlsource.dotted(("upstream", *keys))
-        raise FixError(f"fix {name}: {key}: {problem}", where=where(path, source.line_of(("upstream", *keys)), key),
-                       hint=UPSTREAM_HINT)
+    problems = upstream_problems(spec.upstream, datetime.date.today())
+    if problems:  # every one at once, as _validate says every schema problem
+        raise FixError(f"fix {name}: `upstream` does not hold together:\n" + "\n".join(
+            f"  {where(path, source.line_of(('upstream', *keys)), yamlsource.dotted(('upstream', *keys)))}: {problem}"
+            for keys, problem in problems), hint=UPSTREAM_HINT)
     for key in ("title", "why", "how"):
         if getattr(spec, key).strip().upper().startswith("TODO"):
             raise FixError(f"fix {name}: `{key}` is still the scaffold's TODO",

@@ -220,7 +220,7 @@ upstream:
     ("2026-13-45", "open", 7, "is not one: month must be in 1..12"),
     ("TODO", "open", 7, "`upstream` is still the scaffold's TODO"),
     ("2026-12-06", "landed", 11, "'open', 'merged' or 'closed'"),
-    ("2026-12-06", "merged", 11, "upstream.found.0.state: an issue is open or closed"),  # the url is an issue's
+    ("2026-12-06", "merged", 11, "(key upstream.found.0.state): an issue is open or closed"),  # an issue's url
 ])
 def test_fix_yaml_upstream_named_with_line(pack, looked, state, line, said):
     root, write = pack
