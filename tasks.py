@@ -261,7 +261,7 @@ def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_
             "out": "report folder (default build/drift/REF)", "dry_run": "print what it would fetch and write"})
 @edge
 def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_run=False):
-    """What a newer release does to the pack: applies, already upstream, conflicts, target moved or gone."""
+    """What a newer release does to the pack: applies, fixed upstream, conflicts, target moved or gone."""
     from pathlib import Path
 
     from cookbook.fixpack import fix_drift

@@ -47,6 +47,9 @@ def find(text: str, qualname: str) -> ast.AST:
     return node
 
 
+NONE_FOUND = {"looked": "2026-12-06", "found": []}  # fix.yaml's `upstream` for a test fix
+
+
 def build(tmp: Path, edits: list[tuple[str, str, str, Callable[[str], str]]],
           requires: dict[str, list[str]] | None = None, only: bool = False) -> Path:
     """A pack of fixes (name, package, file, edit), each made by `fixes.new` from an edited copy.
@@ -65,7 +68,7 @@ def build(tmp: Path, edits: list[tuple[str, str, str, Callable[[str], str]]],
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(edit((roots[package] / rel).read_text()))
         fix_new.new_fix(name, tmp / f"edit-{name}", package, "v0.26.0", title=f"Test fix {name}",
-                        why="tests need a real patch", how="adds a comment line",
+                        why="tests need a real patch", how="adds a comment line", upstream=NONE_FOUND,
                         requires=(requires or {}).get(name), fixes_dir=pack)
     fixes.write_index(fixes_dir=pack)
     return pack

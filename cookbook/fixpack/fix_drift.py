@@ -4,9 +4,16 @@ The pack is applied in order to pristine copies of the new release's sources, ex
 does for the pinned one (the same staging and patch verdict), and each fix gets one verdict:
 
   applies               its patches apply as they are (the target may have changed elsewhere)
-  already upstream      its patches reverse-apply: the release carries the change
+  fixed upstream        the release carries the change, so the fix can be retired: its patches reverse-apply
+                        (the change as written), or, where they neither apply nor reverse-apply, every line
+                        they add is in the release's file, in the patch's order (the same change amid other
+                        edits; blank lines and indentation aside). A fix that only removes lines is never
+                        judged by the second rule: absent lines prove nothing
   conflicts             a hunk fails; the report shows it and the function it lands in
   target moved or gone  a target file, or the function the failing hunk is in, is not where it was
+
+Where fix.yaml's `upstream` names a merged fix with `fixed_in`, the row says so, and whether REF (when it
+is a release tag) is that release or later: the record stands beside the verdict, never in place of it.
 
 A second staging copy of the pinned release, with the same fixes applied in order, is what names the
 function: a hunk's line numbers are in the coordinates of that tree, and Python's ast finds the def
@@ -20,7 +27,7 @@ import ast
 import json
 import re
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..host import upstream
@@ -33,7 +40,8 @@ from .fix_sources import apply_patch, package_roots, stage, targets_of
 from .fix_verify import patch_verdict
 
 APPLIES, UPSTREAM, CONFLICTS, GONE, NOT_WRITTEN = (
-    "applies", "already upstream", "conflicts", "target moved or gone", "not written")
+    "applies", "fixed upstream", "conflicts", "target moved or gone", "not written")
+REVERSE_APPLIES = "already upstream"  # fix_verify's status for a patch that reverse-applies
 PORTS_AS_IS = {APPLIES, NOT_WRITTEN}  # anything else means the pack needs work before it moves on
 
 
@@ -44,6 +52,7 @@ class Verdict:
     detail: str = ""
     hunk: str = ""  # the failing hunk, for conflicts
     function: str = ""  # where the failing hunk lands: Class.method, or "module level"
+    upstream: str = ""  # what fix.yaml records of a release that fixes it (recorded_fix)
 
 
 @dataclass(frozen=True)
@@ -115,8 +124,9 @@ def new_sources(ref: str, profile: fixes.ProfileSpec, source: str, vllm: str | N
 # -------------------------------------------------------------------------------------- the report
 
 
-def compare(profile_name: str, new_roots: dict[str, Path], fixes_dir: Path | None = None) -> list[Verdict]:
-    """Each fix of the profile's order against the new sources, in order."""
+def compare(profile_name: str, new_roots: dict[str, Path], fixes_dir: Path | None = None, ref: str = ""
+            ) -> list[Verdict]:
+    """Each fix of the profile's order against the new sources (of REF, named in the rows), in order."""
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     present = fixes.resolve(profile, profile.order, fixes_dir)
@@ -131,7 +141,8 @@ def compare(profile_name: str, new_roots: dict[str, Path], fixes_dir: Path | Non
             if spec is None:
                 out.append(Verdict(name, NOT_WRITTEN))
                 continue
-            out.append(_judge(name, spec, new_roots, old, new, fixes_dir))
+            verdict = _judge(name, spec, new_roots, old, new, fixes_dir)
+            out.append(replace(verdict, upstream=recorded_fix(spec.upstream, ref)))
             for patch in spec.patches:  # the pinned tree as the next fix was made against
                 apply_patch(fixes_dir, name, patch.file, patch.package, old)
     return out
@@ -149,8 +160,13 @@ def _judge(name: str, spec: fixes.FixSpec, new_roots: dict[str, Path], old: Path
                    if fixes.fixplan.sha256_file(new_roots[t.package] / rel) != sha]
         return Verdict(name, APPLIES, f"{', '.join(changed)} changed upstream: the patch applies; the new "
                                       "profile needs the new pristine sha256" if changed else "")
+    if outcome.status == REVERSE_APPLIES:
+        return Verdict(name, UPSTREAM, outcome.detail)
     if outcome.status != CONFLICTS:
         return Verdict(name, outcome.status, outcome.detail)
+    if carries(name, spec, new_roots, fixes_dir):
+        return Verdict(name, UPSTREAM, "its patches do not apply, but every line they add is in the release's "
+                                       "files, in order: the release carries the change amid other edits")
     package = outcome.patch.package
     failed = failing_hunk((fixes_dir / name / outcome.patch.file).read_text(), outcome.said)
     if failed is None:  # the tool's message named no hunk: say what it said
@@ -168,6 +184,53 @@ def _judge(name: str, spec: fixes.FixSpec, new_roots: dict[str, Path], old: Path
     gone = f"{where}: {qualname} is not in {rel} any more" + (
         f"; a def of that name is at {package}/{moved[0]}:{moved[1]}" if moved else ", nor anywhere in the package")
     return Verdict(name, GONE, gone, hunk.text, qualname)
+
+
+def added_lines(diff: str) -> dict[str, list[str]]:
+    """{file: the lines a -p1 diff adds to it, stripped, blank ones left out}, in the diff's order."""
+    out: dict[str, list[str]] = {}
+    for path, hunk in hunks(diff):
+        added = [line[1:].strip() for line in hunk.text.splitlines()[1:] if line.startswith("+")]
+        out.setdefault(path, []).extend(line for line in added if line)
+    return out
+
+
+def holds_in_order(text: str, lines: list[str]) -> bool:
+    """Whether the text's lines, stripped, hold these lines in this order (others between them allowed)."""
+    have = iter(line.strip() for line in text.splitlines())
+    return all(any(line == got for got in have) for line in lines)
+
+
+def carries(name: str, spec: fixes.FixSpec, roots: dict[str, Path], fixes_dir: Path) -> bool:
+    """Whether the release's files hold every line the fix's patches add, file by file in the patches'
+    order: the fix's change is there though its patches no longer apply. False for a fix that adds
+    nothing (a removal is not judged this way) and where a file the patches add to is missing."""
+    wanted: dict[tuple[str, str], list[str]] = {}
+    for ref in spec.patches:
+        for rel, lines in added_lines((fixes_dir / name / ref.file).read_text()).items():
+            wanted.setdefault((ref.package, rel), []).extend(lines)
+    if not any(wanted.values()):
+        return False
+    for (package, rel), lines in wanted.items():
+        path = roots[package] / rel
+        if not path.is_file() or not holds_in_order(path.read_text(errors="replace"), lines):
+            return False
+    return True
+
+
+def recorded_fix(upstream: fixes.Upstream, ref: str) -> str:
+    """What fix.yaml records of the releases that fix the bug (each merged fix with `fixed_in`), and,
+    where REF is a release tag, whether REF is that release or later."""
+    key = fixes.patch_applier().version_key
+    said = []
+    for found in upstream.found:
+        if not found.fixed_in:
+            continue
+        text = f"fix.yaml: {found.ref} fixes it in {found.fixed_in}"
+        if fixes.RELEASE_TAG.fullmatch(ref):
+            text += f" ({ref} is {'that release or later' if key(ref) >= key(found.fixed_in) else 'earlier'})"
+        said.append(text)
+    return "; ".join(said)
 
 
 def _gone_file(package: str, rel: str, root: Path) -> str:
@@ -272,11 +335,15 @@ def find_elsewhere(root: Path, leaf: str, skip: str) -> tuple[str, int] | None:
 def markdown(report: Report) -> str:
     lines = [f"# Fix pack drift: profile {report.profile} -> vllm-gaudi {report.ref} ({report.commit[:12]})", "",
              f"vLLM: {report.vllm_note}.", "",
-             "| # | fix | verdict | detail |", "|---|-----|---------|--------|"]
+             "| # | fix | verdict | detail | fixed in (fix.yaml) |", "|---|-----|---------|--------|-----|"]
     for i, v in enumerate(report.verdicts, 1):
-        detail = (v.detail or "-").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {i} | {v.fix} | {v.verdict} | {detail} |")
+        detail, recorded = ((text or "-").replace("|", "\\|").replace("\n", " ") for text in (v.detail, v.upstream))
+        lines.append(f"| {i} | {v.fix} | {v.verdict} | {detail} | {recorded} |")
     lines += ["", "The pack ports as is." if report.ports else "The pack does not port as is: see the rows above."]
+    retired = [v.fix for v in report.verdicts if v.verdict == UPSTREAM]
+    if retired:
+        lines += ["", f"Fixed upstream, so to retire on {report.ref} (out of that release's profile): "
+                      f"{', '.join(retired)}."]
     failing = [v for v in report.verdicts if v.hunk]
     for v in failing:
         lines += ["", f"## {v.fix}: the failing hunk ({v.function})", "", "```diff", v.hunk.rstrip("\n"), "```"]
@@ -319,7 +386,7 @@ def run(ref: str, profile_name: str = "v0.26.0", source: str | None = None, vllm
         print(f"would write {out / 'drift.md'} and {out / 'drift.json'}; the pack is not changed")
         return None
     say(f"applying profile {profile_name}'s pack in order to vllm-gaudi {ref} and vLLM {version}")
-    report = Report(ref, commit, version, note, profile_name, compare(profile_name, roots, fixes_dir))
+    report = Report(ref, commit, version, note, profile_name, compare(profile_name, roots, fixes_dir, ref))
     out.mkdir(parents=True, exist_ok=True)
     for name, text in (("drift.md", markdown(report)), ("drift.json", to_json(report))):
         tmp = out / f".{name}.tmp"

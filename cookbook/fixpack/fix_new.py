@@ -71,7 +71,8 @@ def unified_diff(rel: str, before: bytes, after: bytes) -> str:
 
 def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: str = PLACEHOLDER,
             why: str = PLACEHOLDER, how: str = PLACEHOLDER, requires: list[str] | None = None,
-            env: dict[str, str] | None = None, fixes_dir: Path | None = None, dry_run: bool = False) -> Path:
+            env: dict[str, str] | None = None, upstream: dict | None = None, fixes_dir: Path | None = None,
+            dry_run: bool = False) -> Path:
     fixes_dir = fixes_dir or default_fixes_dir()
     if package not in fixes.PACKAGES:
         raise UsageError(f"unknown package {package!r}", hint="--package is one of: " + ", ".join(fixes.PACKAGES))
@@ -116,6 +117,8 @@ def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: 
         "env": env or {},
         "modes": ["compile", "lazy"],
         "opt_in": name in profile.opt_in,
+        # where upstream stands is looked up by hand: the loader refuses the TODO until it is
+        "upstream": upstream or {"looked": PLACEHOLDER, "found": []},
     }
     if dry_run:
         print(yaml.safe_dump(spec, sort_keys=False))
@@ -124,8 +127,9 @@ def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / patch_name).write_text(diff)
     (folder / "fix.yaml").write_text(yaml.safe_dump(spec, sort_keys=False, width=100))
-    say(f"fix {name}: {len(files)} file(s) into {folder}; fill in title, why and how"
-        if PLACEHOLDER in (title, why, how) else f"fix {name}: {len(files)} file(s) into {folder}")
+    todo = [key for key, value in (("title", title), ("why", why), ("how", how)) if value == PLACEHOLDER]
+    todo += [] if upstream else ["upstream"]
+    say(f"fix {name}: {len(files)} file(s) into {folder}" + (f"; fill in {', '.join(todo)}" if todo else ""))
     return folder
 
 

@@ -158,12 +158,22 @@ def note(sources: list[str]) -> str:
     return NOTE.format(sources=", ".join(sources))
 
 
+def upstream_cell(upstream: fixes.Upstream) -> str:
+    """Where upstream stands on a fix's bug, for a table cell: each issue or pull request found, linked,
+    with its state (and the release a merged fix is in), or none found, with the day it was looked for."""
+    if not upstream.found:
+        return f"none found (looked {upstream.looked})"
+    return "; ".join(f"[{md_cell(f.ref)}]({f.url}) {f.state}" + (f", in {md_cell(f.fixed_in)}" if f.fixed_in else "")
+                     for f in upstream.found)
+
+
 def fix_rows(loaded: LoadedRecipe, written: set[str]) -> list[dict]:
     r = loaded.recipe
     rows = []
     for name, why in r.fixes.why.items():
         rows.append({"name": name, "why": why, "opt_in": name in loaded.profile.opt_in,
-                     "status": "applied" if name in written else "not written yet"})
+                     "status": "applied" if name in written else "not written yet",
+                     "upstream": upstream_cell(fixes.load_fix(name).upstream) if name in written else "-"})
     return rows
 
 
@@ -309,19 +319,24 @@ def fixes_page(everything: list[LoadedRecipe], written: set[str]) -> str:
     lines = [f"<!-- {note(['fixes/profiles/', 'fixes/*/fix.yaml', 'recipes/'])} -->", "# Fixes", "",
              "Patches against the exact installed sources of the pinned release, applied in the profile's order "
              "when an image is built (`fixes/apply_all.py`). A fix not written yet is listed by the profile and "
-             "applied by no image.", ""]
+             "applied by no image. *Upstream* is where vllm-gaudi, vLLM (and the libraries they use) stand on the "
+             "fix's bug: the issues and pull requests found, with their state on the day the trackers were "
+             "searched (fix.yaml `upstream`); `invoke fixes.drift --to REF` says which fixes a newer release "
+             "already carries.", ""]
     for name in fixes.profile_names():
         profile = fixes.load_profile(name)
-        lines += [f"## Profile {name}", "", "| # | Fix | What it mends | Kind | State | Recipes |",
-                  "|---|---|---|---|---|---|"]
+        lines += [f"## Profile {name}", "", "| # | Fix | What it mends | Kind | State | Upstream | Recipes |",
+                  "|---|---|---|---|---|---|---|"]
         for i, fix in enumerate(profile.order, 1):
             users = [f"[{lr.id}](recipes/{lr.id}.md)" for lr in everything
                      if lr.recipe.fixes.profile == name and fix in lr.fixes]
             kind = "opt-in" if fix in profile.opt_in else "generic"
             state = "written" if fix in written else "not written yet"
-            title = md_cell(fixes.load_fix(fix).title) if fix in written else "-"
-            lines.append(f"| {i} | `{fix}` | {title} | {kind} | {state} | {', '.join(users) or '-'} |")
+            spec = fixes.load_fix(fix) if fix in written else None
+            title, upstream = (md_cell(spec.title), upstream_cell(spec.upstream)) if spec else ("-", "-")
+            lines.append(f"| {i} | `{fix}` | {title} | {kind} | {state} | {upstream} | {', '.join(users) or '-'} |")
         lines.append("")
+    lines += upstream_section([n for n in fixes.fix_names() if n in written])
     lines += ["## A base whose files differ: `fixes.rebase`", "",
               "A fix.yaml records the sha256 of each target file as the release ships it, and a build refuses a "
               "base whose files differ. When `invoke fixes.verify --base IMAGE` says a fix *differs but applies* "
@@ -335,6 +350,20 @@ def fixes_page(everything: list[LoadedRecipe], written: set[str]) -> str:
               "never written: accepting the candidate is copying the rebased fix folders over, `invoke "
               "fixes.index`, and a commit.", ""]
     return "\n".join(lines)
+
+
+def upstream_section(names: list[str]) -> list[str]:
+    """What each issue or pull request found does to the fix's bug, fix by fix (fix.yaml's `says`)."""
+    lines = ["## Where upstream stands", ""]
+    for name in names:
+        upstream = fixes.load_fix(name).upstream
+        if not upstream.found:
+            lines.append(f"- `{name}`: none found (looked {upstream.looked}).")
+            continue
+        lines.append(f"- `{name}` (looked {upstream.looked}):")
+        lines += [f"  - [{md_text(f.ref)}]({f.url}), {f.state}" + (f" (in {md_text(f.fixed_in)})" if f.fixed_in else "")
+                  + f": {md_text(f.says)}." for f in upstream.found]
+    return lines + [""]
 
 
 def site_files() -> dict[Path, str]:

@@ -9,6 +9,7 @@ the host loads that very file (`fixplan` below) instead of keeping a copy.
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import json
 import re
@@ -18,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
 from ..host import grammar
 from ..host.errors import FixError, where
@@ -84,6 +85,75 @@ class HostSync(_Strict):
     why: StrictStr
 
 
+# Where upstream stands on a fix's bug (fix.yaml `upstream`): the issues and pull requests found, and
+# the day they were looked for (their states are as of that day). An empty `found` is "none found".
+UPSTREAM_STATES = ("open", "merged", "closed")
+UPSTREAM_REF = re.compile(r"(?P<repo>[A-Za-z0-9_.-]+)#(?P<number>[1-9][0-9]*)")
+UPSTREAM_URL = re.compile(
+    r"https://github\.com/[A-Za-z0-9_.-]+/(?P<repo>[A-Za-z0-9_.-]+)/(?P<kind>pull|issues)/(?P<number>[1-9][0-9]*)")
+RELEASE_TAG = re.compile(r"v\d+\.\d+\.\d+(?:rc\d+|\.post\d+)?")
+
+
+class UpstreamRef(_Strict):
+    ref: StrictStr  # <repository>#<number>, e.g. vllm-gaudi#1761
+    url: StrictStr  # https://github.com/<owner>/<repository>/pull/<number> (or issues/<number>)
+    state: Literal[UPSTREAM_STATES]
+    says: StrictStr  # what it does to this fix's bug, in a sentence
+    fixed_in: StrictStr | None = None  # the release tag that first carries a merged fix, e.g. v0.28.0
+
+
+class Upstream(_Strict):
+    looked: datetime.date  # the day the trackers were searched
+    found: list[UpstreamRef]
+
+    @field_validator("looked", mode="before")
+    @classmethod
+    def _iso_date(cls, value):
+        # YAML reads an unquoted 2026-12-06 as a date; a quoted one is text. Nothing else (a number is not
+        # a date here, and a time of day says more than was recorded).
+        if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+            try:
+                return datetime.date.fromisoformat(value)
+            except ValueError:
+                pass
+        raise ValueError("an ISO date, YYYY-MM-DD (the day the trackers were searched)")
+
+
+def upstream_problems(upstream: Upstream, today: datetime.date) -> list[tuple[tuple, str]]:
+    """(key path under `upstream`, what is wrong) for each entry that does not hold together: the ref's
+    format, the url on github.com naming the same repository and number, a merge only of a pull request,
+    `fixed_in` a release tag and only for a merged fix, no ref twice, and a search day not yet to come."""
+    out: list[tuple[tuple, str]] = []
+    if upstream.looked > today:
+        out.append((("looked",), f"{upstream.looked} is after today ({today})"))
+    seen: set[str] = set()
+    for i, found in enumerate(upstream.found):
+        at = ("found", i)
+        ref = UPSTREAM_REF.fullmatch(found.ref)
+        url = UPSTREAM_URL.fullmatch(found.url)
+        if ref is None:
+            out.append((at + ("ref",), f"{found.ref!r} is not <repository>#<number>, e.g. vllm-gaudi#1761"))
+        if url is None:
+            out.append((at + ("url",), f"{found.url!r} is not https://github.com/<owner>/<repository>/pull/<number> "
+                                       "or .../issues/<number>"))
+        if ref and url and (ref["repo"].lower(), ref["number"]) != (url["repo"].lower(), url["number"]):
+            out.append((at + ("url",), f"{found.url} is not {found.ref}"))
+        if url and url["kind"] == "issues" and found.state == "merged":
+            out.append((at + ("state",), "an issue is open or closed; only a pull request is merged"))
+        if found.fixed_in is not None and not RELEASE_TAG.fullmatch(found.fixed_in):
+            out.append((at + ("fixed_in",), f"{found.fixed_in!r} is not a release tag such as v0.28.0"))
+        elif found.fixed_in is not None and found.state != "merged":
+            out.append((at + ("fixed_in",), f"a fix that is {found.state} is in no release yet"))
+        if not found.says.strip():
+            out.append((at + ("says",), "say in a sentence what it does to this fix's bug"))
+        if found.ref.lower() in seen:
+            out.append((at + ("ref",), f"{found.ref} is named twice"))
+        seen.add(found.ref.lower())
+    return out
+
+
 class FixSpec(_Strict):
     title: StrictStr
     why: StrictStr
@@ -97,7 +167,7 @@ class FixSpec(_Strict):
     dists: dict[StrictStr, StrictStr] = {}
     modes: list[Literal["compile", "lazy"]] = ["compile", "lazy"]
     opt_in: bool = False
-    upstream: StrictStr | None = None
+    upstream: Upstream
     host_syncs: list[HostSync] = []
 
 
@@ -143,7 +213,17 @@ def load_fix(name: str, fixes_dir: Path | None = None) -> FixSpec:
     if not path.is_file():
         raise FixError(f"fix {name!r} has no {path}", hint="known fixes: " + ", ".join(fix_names(fixes_dir)))
     source = yamlsource.load(path, error=FixError)
+    upstream = source.data.get("upstream") if isinstance(source.data, dict) else None
+    if isinstance(upstream, dict) and upstream.get("looked") == "TODO":
+        raise FixError(f"fix {name}: `upstream` is still the scaffold's TODO",
+                       where=where(path, source.line_of(("upstream", "looked")), "upstream.looked"),
+                       hint=UPSTREAM_HINT)
     spec = _validate(FixSpec, source)
+    problems = upstream_problems(spec.upstream, datetime.date.today())
+    if problems:  # every one at once, as _validate says every schema problem
+        raise FixError(f"fix {name}: `upstream` does not hold together:\n" + "\n".join(
+            f"  {where(path, source.line_of(('upstream', *keys)), yamlsource.dotted(('upstream', *keys)))}: {problem}"
+            for keys, problem in problems), hint=UPSTREAM_HINT)
     for key in ("title", "why", "how"):
         if getattr(spec, key).strip().upper().startswith("TODO"):
             raise FixError(f"fix {name}: `{key}` is still the scaffold's TODO",
@@ -170,6 +250,11 @@ def load_fix(name: str, fixes_dir: Path | None = None) -> FixSpec:
                                "which the fix does not list in its targets",
                                where=where(patch), hint="add the file and its pristine sha256 to targets")
     return spec
+
+
+UPSTREAM_HINT = ("search vllm-gaudi's and vLLM's trackers for the bug; name each issue or pull request found under "
+                 "`upstream.found` ({ref, url, state, says, fixed_in}) and today's date under `upstream.looked` "
+                 "(found: [] when none is): docs/fix-lab.md says how")
 
 
 def _validate(model: type[BaseModel], source: yamlsource.Source) -> BaseModel:

@@ -59,6 +59,9 @@ def load(path: Path, error=RecipeError) -> Source:
             where=where(path, line),
             hint="correct the YAML syntax at that line",
         ) from None
+    except ValueError as exc:  # a scalar YAML types but cannot build, such as the date 2026-13-45
+        raise error(f"{path.name}: a value YAML reads as a date or number is not one: {exc}",
+                    where=where(path, _unbuildable_line(node)), hint="correct it, or quote it if it is text") from None
     lines: dict[KeyPath, int] = {}
     if node is not None:
         _walk(node, (), lines, path, error)
@@ -91,3 +94,21 @@ def _walk(node, prefix: KeyPath, lines: dict[KeyPath, int], path: Path, error) -
         for i, item in enumerate(node.value):
             lines[prefix + (i,)] = item.start_mark.line + 1
             _walk(item, prefix + (i,), lines, path, error)
+
+
+def _unbuildable_line(node) -> int | None:
+    """The line of the first scalar that YAML tags (a date, a number) but cannot build."""
+    constructor = yaml.SafeLoader("")
+    stack = [node]
+    while stack:
+        current = stack.pop(0)
+        if isinstance(current, yaml.ScalarNode):
+            try:
+                constructor.construct_object(current, deep=True)
+            except ValueError:
+                return current.start_mark.line + 1
+        elif isinstance(current, yaml.MappingNode):
+            stack.extend(v for pair in current.value for v in pair)
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+    return None

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cookbook.fixpack import fix_drift as drift
 from cookbook.host import upstream
@@ -22,6 +23,7 @@ from .. import packs
 pytestmark = pytest.mark.upstream
 
 PLATFORM, RUNTIME, UTILS = "platform.py", "extension/runtime.py", "utils.py"
+CONFIG = "extension/config.py"
 WORKER, BUCKETING = "v1/worker/hpu_worker.py", "extension/bucketing/common.py"
 CHANGED = "  # changed upstream\n"
 
@@ -29,6 +31,7 @@ CHANGED = "  # changed upstream\n"
 EDITS = [
     ("drift-applies", UTILS, "hpu_device_string"),
     ("drift-upstream", RUNTIME, "dump"),
+    ("drift-carried", CONFIG, "Config.get"),
     ("drift-conflicts", PLATFORM, "HpuPlatform.is_async_output_supported"),
     ("drift-file-gone", BUCKETING, "calc_fallback_value"),
     ("drift-moved", WORKER, "setup_step_profiler"),
@@ -38,6 +41,16 @@ EDITS = [
 def git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
                           check=True, capture_output=True, text=True).stdout
+
+
+def change_first_line(text: str, qualname: str, after_mark: bool = False) -> str:
+    """The text with the first statement of a def changed by a comment (after_mark: the marker, a comment,
+    stands just before that statement)."""
+    line = packs.find(text, qualname).body[0].lineno
+    lines = text.splitlines(keepends=True)
+    assert not after_mark or lines[line - 2].strip() == packs.MARK.strip()
+    lines[line - 1] = lines[line - 1].rstrip("\n") + CHANGED
+    return "".join(lines)
 
 
 def make_release(repo: Path, gaudi: Path, pack: Path) -> None:
@@ -52,10 +65,11 @@ def make_release(repo: Path, gaudi: Path, pack: Path) -> None:
     (src / RUNTIME).write_text(packs.mark_in("dump")((src / RUNTIME).read_text()))
     # conflicts: the line after the fix's insertion changed
     text = (src / PLATFORM).read_text()
-    line = packs.find(text, "HpuPlatform.is_async_output_supported").body[0].lineno
-    lines = text.splitlines(keepends=True)
-    lines[line - 1] = lines[line - 1].rstrip("\n") + CHANGED
-    (src / PLATFORM).write_text("".join(lines))
+    (src / PLATFORM).write_text(change_first_line(text, "HpuPlatform.is_async_output_supported"))
+    # fixed upstream amid other edits: the release carries the fix's line, and the line after it changed
+    # (so the patch neither applies nor reverse-applies)
+    (src / CONFIG).write_text(change_first_line(packs.mark_in("Config.get")((src / CONFIG).read_text()), "Config.get",
+                                                 after_mark=True))
     # target gone: the file is removed
     (src / BUCKETING).unlink()
     # target moved: the function leaves hpu_worker.py for the end of utils.py (so utils.py changes too,
@@ -89,10 +103,18 @@ def using(cache):
         yield
 
 
+RECORDED = {"ref": "vllm-gaudi#1761", "url": "https://github.com/vllm-project/vllm-gaudi/pull/1761",
+            "state": "merged", "says": "the same change", "fixed_in": "v0.28.0"}
+
+
 @pytest.fixture(scope="module")
 def drift_pack(tmp_path_factory, private_cache):
-    return packs.build(tmp_path_factory.mktemp("driftpack"),
+    pack = packs.build(tmp_path_factory.mktemp("driftpack"),
                        [(name, "vllm_gaudi", rel, packs.mark_in(qualname)) for name, rel, qualname in EDITS])
+    spec = pack / "drift-carried" / "fix.yaml"  # fix.yaml records a release that fixes it
+    data = yaml.safe_load(spec.read_text())
+    spec.write_text(yaml.safe_dump({**data, "upstream": {"looked": "2026-12-06", "found": [RECORDED]}}))
+    return pack
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +147,8 @@ def by_fix(report_):
 
 @pytest.mark.parametrize("fix,verdict,detail,function", [
     ("drift-applies", "applies", "changed upstream", ""),
-    ("drift-upstream", "already upstream", "reverse-applies", ""),
+    ("drift-upstream", "fixed upstream", "reverse-applies", ""),
+    ("drift-carried", "fixed upstream", "every line they add is in the release's files", ""),
     ("drift-conflicts", "conflicts", "in HpuPlatform.is_async_output_supported (now at line",
      "HpuPlatform.is_async_output_supported"),
     ("drift-file-gone", "target moved or gone", f"vllm_gaudi/{BUCKETING} is gone", ""),
@@ -136,6 +159,51 @@ def test_each_verdict(report, fix, verdict, detail, function):
     v = by_fix(report[0])[fix]
     assert (v.verdict, v.function) == (verdict, function), v
     assert detail in v.detail
+
+
+def test_only_the_carried_fixes_are_fixed_upstream(report):
+    """The conflicting fix adds the same marker line to a file the release changed without it: not fixed upstream."""
+    assert [v.fix for v in report[0].verdicts if v.verdict == "fixed upstream"] == ["drift-upstream", "drift-carried"]
+    assert "to retire on drift-test (out of that release's profile): drift-upstream, drift-carried." in \
+        drift.markdown(report[0])
+
+
+def test_the_row_says_what_fix_yaml_records(report):
+    got = {v.fix: v.upstream for v in report[0].verdicts}
+    assert got["drift-carried"] == "fix.yaml: vllm-gaudi#1761 fixes it in v0.28.0"  # drift-test is no release tag
+    assert got["drift-applies"] == "" and got["prompt-order"] == ""
+    assert "| fixed upstream | its patches do not apply, but" in drift.markdown(report[0])
+
+
+@pytest.mark.parametrize("ref,said", [
+    ("v0.28.0", " (v0.28.0 is that release or later)"),
+    ("v0.28.1", " (v0.28.1 is that release or later)"),
+    ("v0.27.0rc0", " (v0.27.0rc0 is earlier)"),
+    ("v0.28.0rc1", " (v0.28.0rc1 is earlier)"),
+    ("main", ""),
+    ("1915c8a9475661711b6261ba0f62f7bc5575ade3", ""),
+])
+def test_recorded_fix(ref, said):
+    upstream = fixes.Upstream.model_validate({"looked": "2026-12-06", "found": [
+        RECORDED, {**RECORDED, "ref": "vllm#1", "url": "https://github.com/vllm-project/vllm/issues/1", "state": "open",
+                   "fixed_in": None}]})
+    assert drift.recorded_fix(upstream, ref) == "fix.yaml: vllm-gaudi#1761 fixes it in v0.28.0" + said
+
+
+@pytest.mark.parametrize("text,lines,held", [
+    ("a\n  b\nc\n", ["a", "c"], True),
+    ("a\n  b\nc\n", ["b"], True),  # indentation aside
+    ("a\nb\nc\n", ["c", "a"], False),  # not in order
+    ("a\nb\n", ["a", "a"], False),  # once each
+    ("a\n", [], True),
+])
+def test_holds_in_order(text, lines, held):
+    assert drift.holds_in_order(text, lines) is held
+
+
+def test_added_lines_leave_out_blank_and_removed_ones():
+    assert drift.added_lines(DIFF + "--- a/y.py\n+++ b/y.py\n@@ -1 +1,2 @@\n-x\n+\n+ y\n") == {
+        "v1/x.py": ["++ c", "f"], "y.py": ["y"]}
 
 
 def test_conflict_shows_the_failing_hunk(report):
@@ -157,7 +225,7 @@ def test_report_files_agree(report):
     assert doc["ports_as_is"] is False and doc["ref"] == "drift-test"
     assert [v["verdict"] for v in doc["verdicts"]] == [v.verdict for v in r.verdicts]
     md = (out / "drift.md").read_text()
-    assert "| 3 | drift-conflicts | conflicts |" in md and "```diff" in md
+    assert "| 4 | drift-conflicts | conflicts |" in md and "```diff" in md
     assert md == drift.markdown(r)
 
 
@@ -173,7 +241,7 @@ def test_task_exit_status_says_the_pack_does_not_port(report, release, drift_pac
     env = {"COOKBOOK_CACHE": str(private_cache), "COOKBOOK_FIXES_DIR": str(drift_pack)}
     out = run_task("fixes.drift", "--to", "drift-test", "--out", str(tmp_path / "r"), env_extra=env)
     assert out.returncode == 1 and "does not port to drift-test" in out.stderr
-    assert "| 2 | drift-upstream | already upstream |" in out.stdout
+    assert "| 2 | drift-upstream | fixed upstream |" in out.stdout
     dry = run_task("fixes.drift", "--to", "other-tag", "--from", str(release), "--dry-run",
                    "--out", str(tmp_path / "dry"), env_extra=env)
     assert dry.returncode == 0, dry.stderr

@@ -132,8 +132,23 @@ def test_new_from_a_copy_with_the_earlier_fixes_keeps_only_its_own_changes(pack,
     runner.write_text(packs.mark_first_line((root / packs.RUNNER).read_text()))
     other = "platform.py"
     (edit / other).write_text((root / other).read_text() + "# the new fix\n")
-    fix_new.new_fix("prompt-order", edit, "vllm_gaudi", "v0.26.0", title="t", why="w", how="h", fixes_dir=pack)
+    fix_new.new_fix("prompt-order", edit, "vllm_gaudi", "v0.26.0", title="t", why="w", how="h",
+                    upstream=packs.NONE_FOUND, fixes_dir=pack)
     spec = fixes.load_fix("prompt-order", pack)
     assert list(spec.targets[0].files) == [other]
     patch = (pack / "prompt-order" / spec.patches[0].file).read_text()
     assert patch.startswith(f"--- a/{other}\n") and packs.MARK not in patch
+
+
+def test_new_scaffolds_upstream_as_a_todo_the_loader_refuses(pack, tmp_path, upstream_cache):
+    """Where upstream stands is looked up by hand: fixes.new leaves a TODO that no build gets past."""
+    edit = tmp_path / "edit"
+    edit.mkdir()
+    root = upstream_cache[0] / "vllm_gaudi"
+    (edit / "platform.py").write_text((root / "platform.py").read_text() + "# the new fix\n")
+    (edit / packs.RUNNER).parent.mkdir(parents=True)  # with the earlier test fix's change, as fixes.new wants
+    (edit / packs.RUNNER).write_text(packs.mark_first_line((root / packs.RUNNER).read_text()))
+    fix_new.new_fix("prompt-order", edit, "vllm_gaudi", "v0.26.0", title="t", why="w", how="h", fixes_dir=pack)
+    with pytest.raises(FixError, match="`upstream` is still the scaffold's TODO") as err:
+        fixes.load_fix("prompt-order", pack)
+    assert "fix.yaml:" in str(err.value) and "docs/fix-lab.md" in str(err.value)

@@ -394,7 +394,8 @@ def write_fix(pack: Path, name: str) -> None:
     (folder / "0001.patch").write_text("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n")
     (folder / "fix.yaml").write_text(yaml.safe_dump({
         "title": "t", "why": "w", "how": "h", "targets": [{"package": "vllm_gaudi", "files": {"x.py": "0" * 64}}],
-        "patches": [{"package": "vllm_gaudi", "file": "0001.patch"}]}))
+        "patches": [{"package": "vllm_gaudi", "file": "0001.patch"}],
+        "upstream": {"looked": "2026-12-06", "found": []}}))
 
 
 def test_content_hash_covers_what_makes_the_image(tmp_path, monkeypatch):

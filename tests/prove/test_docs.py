@@ -290,9 +290,48 @@ def test_the_fix_index_names_written_fixes_and_their_recipes(with_testpack):
     from cookbook.recipe import fixes
 
     text = docs.fixes_page(recipes.load_all(), set(fixes.fix_names()))
-    assert "| 1 | `selftest-runner` | Test fix selftest-runner | generic | written |" in text
-    assert "| `gdn-prefix-cache` | - | opt-in | not written yet | [qwen3.5-27b-fp8](recipes/qwen3.5-27b-fp8.md)" in text
-    assert "`strict-think-end` | - | opt-in | not written yet | [qwen3.6-27b-fp8](recipes/qwen3.6-27b-fp8.md) |" in text
+    assert "| 1 | `selftest-runner` | Test fix selftest-runner | generic | written | none found (looked 2026-12-06) |" \
+        in text
+    assert ("| `gdn-prefix-cache` | - | opt-in | not written yet | - | [qwen3.5-27b-fp8](recipes/qwen3.5-27b-fp8.md)"
+            in text)
+    assert ("`strict-think-end` | - | opt-in | not written yet | - | [qwen3.6-27b-fp8](recipes/qwen3.6-27b-fp8.md) |"
+            in text)
+    assert "- `selftest-runner`: none found (looked 2026-12-06)." in text
+
+
+UPSTREAM = {"ref": "vllm-gaudi#1769", "url": "https://github.com/vllm-project/vllm-gaudi/pull/1769", "state": "merged",
+            "says": "the same change for <v0.28.0>", "fixed_in": "v0.28.0"}
+
+
+@pytest.mark.parametrize("found, cell", [
+    ([], "none found (looked 2026-12-06)"),
+    ([UPSTREAM], "[vllm-gaudi#1769](https://github.com/vllm-project/vllm-gaudi/pull/1769) merged, in v0.28.0"),
+    ([{**UPSTREAM, "state": "open", "fixed_in": None}, {**UPSTREAM, "ref": "vllm#1", "url": "https://github.com/a/vllm/issues/1",
+                                                         "state": "closed", "fixed_in": None}],
+     "[vllm-gaudi#1769](https://github.com/vllm-project/vllm-gaudi/pull/1769) open; "
+     "[vllm#1](https://github.com/a/vllm/issues/1) closed"),
+])
+def test_upstream_cell(found, cell):
+    from cookbook.recipe import fixes
+
+    assert docs.upstream_cell(fixes.Upstream.model_validate({"looked": "2026-12-06", "found": found})) == cell
+
+
+def test_the_fix_index_and_the_recipe_pages_say_where_upstream_stands():
+    """The real pack: each written fix's row links what fix.yaml found, and the section says what it does."""
+    from cookbook.recipe import fixes
+
+    everything = recipes.load_all()
+    written = set(fixes.fix_names())
+    index = docs.fixes_page(everything, written)
+    row = next(line for line in index.splitlines() if line.startswith("| 7 | `async-penalty-tokens` |"))
+    assert "[vllm-gaudi#1769](https://github.com/vllm-project/vllm-gaudi/pull/1769) merged, in v0.28.0" in row
+    assert "- `prompt-order`: none found (looked 2026-12-06)." in index
+    assert "made a &lt;tool_call&gt; written while thinking end Qwen3 reasoning" in index  # `says`, escaped
+    loaded = next(lr for lr in everything if lr.id == "qwen3.6-27b-fp8")
+    recipe = docs.recipe_page(loaded, everything, written, None, None)
+    row = next(line for line in recipe.splitlines() if line.startswith("| `strict-think-end` (opt-in) |"))
+    assert row.endswith("| applied | [vllm#35687](https://github.com/vllm-project/vllm/pull/35687) merged |")
 
 
 @pytest.mark.parametrize("text, cell", [

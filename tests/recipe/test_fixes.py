@@ -61,7 +61,8 @@ def pack(tmp_path):
         folder.mkdir()
         base = {"title": "t", "why": "w", "how": "h",
                 "targets": [{"package": "vllm_gaudi", "files": {"x.py": SHA}}],
-                "patches": [{"package": "vllm_gaudi", "file": "0001.patch"}]}
+                "patches": [{"package": "vllm_gaudi", "file": "0001.patch"}],
+                "upstream": {"looked": "2026-12-06", "found": []}}
         base.update(spec or {})
         (folder / "fix.yaml").write_text(raw if raw is not None else yaml.safe_dump(base))
         (folder / "0001.patch").write_text(patch)
@@ -164,3 +165,90 @@ def test_describe_marks_written_and_opt_in(pack):
     lines = fixes.describe("v0.26.0", root)
     assert any("hybrid-decode-pad" in line and "generic" in line and " written" in line for line in lines)
     assert any("gdn-prefix-cache" in line and "opt-in" in line and "not written" in line for line in lines)
+
+
+# --- upstream: where upstream stands on the fix's bug ----------------------------------------------------------------
+
+GAUDI_PR = {"ref": "vllm-gaudi#1761", "url": "https://github.com/vllm-project/vllm-gaudi/pull/1761",
+            "state": "merged", "says": "fixes it the same way", "fixed_in": "v0.28.0"}
+TODAY = fixes.datetime.date(2026, 12, 6)
+
+
+@pytest.mark.parametrize("change,key,said", [
+    ({}, None, None),
+    ({"ref": "vllm-gaudi 1761"}, ("found", 0, "ref"), "is not <repository>#<number>"),
+    ({"url": "https://gitlab.com/vllm-project/vllm-gaudi/pull/1761"}, ("found", 0, "url"), "is not https://github.com"),
+    ({"url": "https://github.com/vllm-project/vllm-gaudi/pull/1762"}, ("found", 0, "url"), "is not vllm-gaudi#1761"),
+    ({"url": "https://github.com/vllm-project/vllm/pull/1761"}, ("found", 0, "url"), "is not vllm-gaudi#1761"),
+    ({"url": "https://github.com/vllm-project/vllm-gaudi/issues/1761"}, ("found", 0, "state"), "only a pull request"),
+    ({"state": "open"}, ("found", 0, "fixed_in"), "a fix that is open is in no release yet"),
+    ({"fixed_in": "0.28"}, ("found", 0, "fixed_in"), "is not a release tag"),
+    ({"says": "  "}, ("found", 0, "says"), "say in a sentence"),
+])
+def test_upstream_problems(change, key, said):
+    upstream = fixes.Upstream.model_validate({"looked": "2026-12-06", "found": [GAUDI_PR | change]})
+    got = fixes.upstream_problems(upstream, TODAY)
+    assert got == ([] if key is None else [(key, got[0][1])]), got
+    assert said is None or said in got[0][1]
+
+
+def test_upstream_problems_a_ref_twice_and_a_day_to_come():
+    upstream = fixes.Upstream.model_validate({"looked": "2026-12-07", "found": [GAUDI_PR, GAUDI_PR]})
+    assert [k for k, _ in fixes.upstream_problems(upstream, TODAY)] == [("looked",), ("found", 1, "ref")]
+
+
+UPSTREAM_YAML = """title: t
+why: w
+how: h
+targets: []
+patches: []
+upstream:
+  looked: {looked}
+  found:
+  - ref: vllm#48567
+    url: https://github.com/vllm-project/vllm/pull/48567
+    state: {state}
+    says: proposes the same bounds check
+"""
+
+
+@pytest.mark.parametrize("looked,state,line,said", [
+    ("2026-12-06", "open", None, None),
+    ("'2026-12-06'", "open", None, None),  # quoted: text in the ISO form
+    ("20261206", "open", 7, "an ISO date"),
+    ("2026-12-06 10:00:00", "open", 7, "an ISO date"),
+    ("2026-13-45", "open", 7, "is not one: month must be in 1..12"),
+    ("TODO", "open", 7, "`upstream` is still the scaffold's TODO"),
+    ("2026-12-06", "landed", 11, "'open', 'merged' or 'closed'"),
+    ("2026-12-06", "merged", 11, "(key upstream.found.0.state): an issue is open or closed"),  # an issue's url
+])
+def test_fix_yaml_upstream_named_with_line(pack, looked, state, line, said):
+    root, write = pack
+    text = UPSTREAM_YAML.format(looked=looked, state=state)
+    if state == "merged":
+        text = text.replace("/pull/48567", "/issues/48567")
+    write("prompt-order", raw=text)
+    if line is None:
+        assert fixes.load_fix("prompt-order", root).upstream.found[0].ref == "vllm#48567"
+        return
+    with pytest.raises(FixError) as err:
+        fixes.load_fix("prompt-order", root)
+    assert f"fix.yaml:{line}" in str(err.value) and said in str(err.value), str(err.value)
+
+
+def test_fix_yaml_without_upstream_is_refused(pack):
+    root, write = pack
+    write("prompt-order", raw="title: t\nwhy: w\nhow: h\ntargets: []\npatches: []\n")
+    with pytest.raises(FixError, match=r"\(key upstream\): Field required"):
+        fixes.load_fix("prompt-order", root)
+
+
+def test_every_fix_says_where_upstream_stands():
+    """The facts known when the field came in, kept: a later edit may add to them, not lose them."""
+    found = {name: {f.ref: f for f in fixes.load_fix(name).upstream.found} for name in fixes.fix_names()}
+    assert found["async-penalty-tokens"]["vllm-gaudi#1769"].fixed_in == "v0.28.0"
+    assert found["async-penalty-tokens"]["vllm-gaudi#1761"].state == "merged"
+    assert {"vllm-gaudi#1691", "vllm-gaudi#1794"} <= set(found["async-discard-counter"])
+    assert {"vllm-gaudi#1725", "vllm-gaudi#1369"} <= set(found["gdn-prefix-cache"])
+    assert "vllm#48567" in found["logprobs-decode-guard"] and "vllm#35687" in found["strict-think-end"]
+    assert {"vllm#54497", "xgrammar#660"} <= set(found["whitespace-free-forced-tool-calls"])
