@@ -7,17 +7,20 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cookbook.host.errors import CookbookError
 from cookbook.host.paths import ROOT
 from cookbook.prove import docs
 
+from ..test_readme import nav_sections
 from ..test_tasks import invoke
 
 SECTIONS = ["Use a recipe", "Recipes", "Fixes", "Develop", "Reference"]
 WINDOW = (1280, 800)
 TOP_BAR = 96  # the theme's header and tabs, in pixels at WINDOW's width
+# Headless, as root, and nothing of its own on the network (updates, sync, first-run pages): a page and no more.
+QUIET_BROWSER = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-extensions")
 
 
 def chromium() -> str:
@@ -53,7 +56,7 @@ def rendered(tmp_path_factory, request):
     pages = {"home": site / "index.html", "recipe": site / "recipes" / "qwen3.5-27b-fp8.html"}
     procs = {}
     for name, what in (("home", "png"), ("recipe", "png"), ("recipe", "dom")):
-        args = [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp / name}-{what}",
+        args = [browser, *QUIET_BROWSER, f"--user-data-dir={tmp / name}-{what}",
                 f"--window-size={WINDOW[0]},{WINDOW[1]}"]
         args += [f"--screenshot={tmp / name}.png"] if what == "png" else ["--dump-dom"]
         procs[name, what] = subprocess.Popen([*args, pages[name].as_uri()], stdout=subprocess.PIPE,
@@ -101,8 +104,7 @@ def test_a_page_left_out_of_the_nav_fails_the_build(tmp_path, monkeypatch):
     named (mkdocs reports it as a warning, which --strict counts only when not --quiet)."""
     shutil.copy(ROOT / "mkdocs.yml", tmp_path)
     shutil.copytree(ROOT / "docs" / "hooks", tmp_path / "docs" / "hooks")
-    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
-    for page in ["index.md", "recipes/index.md", *pages_of(nav)]:
+    for page in ["index.md", *(page for pages in nav_sections().values() for page in pages)]:
         (tmp_path / "docs" / page).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "docs" / page).write_text(f"# {Path(page).stem}\n")
     monkeypatch.setattr(docs, "ROOT", tmp_path)
@@ -111,9 +113,3 @@ def test_a_page_left_out_of_the_nav_fails_the_build(tmp_path, monkeypatch):
     with pytest.raises(CookbookError, match="stray.md"):
         docs.build_site(tmp_path / "site")
 
-
-def pages_of(entry) -> list[str]:
-    if isinstance(entry, str):
-        return [] if entry.endswith("/") else [entry]
-    items = entry.values() if isinstance(entry, dict) else entry
-    return [page for item in items for page in pages_of(item)]
