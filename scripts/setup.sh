@@ -10,6 +10,9 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 APT_PACKAGES=(mmdebstrap git patch python3 python3-venv python3-pip ca-certificates)
 # Debian's docker.io, unless an engine is already installed (a CI runner's docker-ce, say).
 command -v dockerd >/dev/null 2>&1 || APT_PACKAGES+=(docker.io)
+# Debian's chromium, the headless browser of the site's screenshot test (tests/prove/test_docs_site.py),
+# unless one is already installed (a CI runner's, say; Ubuntu's package of that name is a snap wrapper).
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || APT_PACKAGES+=(chromium)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

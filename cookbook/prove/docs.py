@@ -306,11 +306,11 @@ def _xml(text: str) -> str:
 def index_page(everything: list[LoadedRecipe]) -> str:
     lines = [f"<!-- {note(['recipes/'])} -->", "# Gaudi cookbook recipes", "",
              "Each recipe is built into a checked image on the pinned vllm-gaudi release. "
-             "See also the [index of fixes](fixes.md).", "",
+             "See also the [index of fixes](../fixes.md).", "",
              "| Recipe | Model | Hardware | Release | Opt-in fixes |", "|---|---|---|---|---|"]
     for loaded in everything:
         r = loaded.recipe
-        lines.append(f"| [{md_cell(r.title)}](recipes/{loaded.id}.md) | {md_cell(r.model.id)} | {hardware(r)} | "
+        lines.append(f"| [{md_cell(r.title)}]({loaded.id}.md) | {md_cell(r.model.id)} | {hardware(r)} | "
                      f"{r.base.vllm_gaudi.version} | {', '.join(f'`{n}`' for n in r.fixes.opt_in) or '-'} |")
     return "\n".join(lines) + "\n"
 
@@ -370,7 +370,8 @@ def site_files() -> dict[Path, str]:
     """Every generated file under docs/, by path: pure apart from reading the sources."""
     everything = recipes.load_all()
     written = set(fixes.fix_names())
-    files = {DOCS / "index.md": index_page(everything), DOCS / "fixes.md": fixes_page(everything, written)}
+    # The recipes' index is their folder's index.md: the site's Recipes section opens on it.
+    files = {DOCS / "recipes" / "index.md": index_page(everything), DOCS / "fixes.md": fixes_page(everything, written)}
     for loaded in everything:
         smoke, bench = (results.load(loaded.id, kind, results.RESULTS) for kind in ("smoke", "bench"))
         for run in (smoke, bench):
@@ -429,7 +430,8 @@ def build_site(out: Path, dry_run: bool = False) -> Path:
     """The static site (mkdocs, --strict: a broken link fails), built into a temp folder then swapped in.
     Only a folder an earlier --site made (SITE_MARKER), an empty one or a new path is replaced: anything
     else is refused before mkdocs runs (outdir.py)."""
-    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(ROOT / "mkdocs.yml")]
+    # Not --quiet: it silences the warnings --strict counts, and a broken link would pass.
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml")]
     out = out.absolute()
     outdir.check(out, SITE_MARKER, "--site")
     if dry_run:
@@ -437,9 +439,10 @@ def build_site(out: Path, dry_run: bool = False) -> Path:
         return out
     with outdir.staged(out, SITE_MARKER, SITE_MARKER_TEXT) as tmp:
         proc = signals.run([*cmd, "-d", str(tmp)], capture_output=True, text=True, cwd=ROOT,
-                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                           env={**os.environ, "PYTHONWARNINGS": "ignore", "NO_MKDOCS_2_WARNING": "1"})
         if proc.returncode != 0:
-            raise CookbookError("mkdocs could not build the site:\n" + proc.stderr.strip()[-1500:])
+            said = "\n".join(line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("INFO"))
+            raise CookbookError("mkdocs could not build the site:\n" + said[-1500:])
     say(f"site built into {out}")
     return out
 

@@ -1,7 +1,7 @@
 """cookbook/prove/docs.py and cookbook/prove/results.py: the recipe pages say every fact of the reference page,
 join their rows with the result files the smoke and bench writers write (published, measured, date,
 image; "not measured on this image" when the image changed; CPU figures labelled), carry a do-not-edit
-line, match what is committed, and build into a site with mkdocs."""
+line, match what is committed, and build into a site with mkdocs (the whole site: test_docs_site.py)."""
 
 import json
 import re
@@ -16,10 +16,9 @@ from cookbook.host.paths import ROOT
 from cookbook.prove import docs, results
 from cookbook.recipe import recipes
 
-from ..test_tasks import invoke
-
 FACTS = yaml.safe_load((Path(__file__).parents[1] / "data" / "qwen3.5-27b-fp8-page-facts.yaml").read_text())
 REFERENCE = ROOT.parent / "shared" / "spec" / "qwen3.5-27b-fp8-recipe-page.md"
+HOOKS = ROOT / "docs" / "hooks" / "folders.py"
 
 
 def norm(line: str) -> str:
@@ -278,14 +277,6 @@ def test_bench_plot_is_svg_with_a_bar_per_scenario():
     assert "published figures" in docs.bench_svg(loaded, None)
 
 
-def test_the_site_builds_and_the_task_checks_drift(tmp_path):
-    out = invoke("docs", "--check", "--site", str(tmp_path / "site"))
-    assert out.returncode == 0, out.stderr
-    assert (tmp_path / "site" / "recipes" / "qwen3.5-27b-fp8.html").is_file()
-    html = (tmp_path / "site" / "recipes" / "qwen3.5-27b-fp8.html").read_text()
-    assert "623,359" in html and "qwen3.5-27b-fp8-bench.svg" in html
-
-
 def test_the_fix_index_names_written_fixes_and_their_recipes(with_testpack):
     from cookbook.recipe import fixes
 
@@ -377,16 +368,19 @@ def test_recipe_and_result_text_reaches_the_site_escaped(tmp_path, recipe_tree):
     docs_dir = tmp_path / "docs"
     (docs_dir / "recipes").mkdir(parents=True)
     (docs_dir / "recipes" / "hostile.md").write_text(docs.recipe_page(loaded, [loaded], set(), smoke, None))
-    (docs_dir / "index.md").write_text(docs.index_page([loaded]))
+    (docs_dir / "recipes" / "index.md").write_text(docs.index_page([loaded]))
+    # The site's theme, and its hook that titles the nav's recipe pages from their headings.
     (tmp_path / "mkdocs.yml").write_text("site_name: t\ndocs_dir: docs\nuse_directory_urls: false\n"
-                                         "theme: {name: mkdocs}\n")
+                                         f"theme: {{name: material, font: false}}\nhooks: [{HOOKS}]\n"
+                                         "nav: [{Recipes: recipes/}]\n")
     import subprocess
     import sys
 
     subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "-f", str(tmp_path / "mkdocs.yml"),
                     "-d", str(tmp_path / "site")], check=True, capture_output=True)
     html = (tmp_path / "site" / "recipes" / "hostile.html").read_text()
-    html += (tmp_path / "site" / "index.html").read_text()
+    html += (tmp_path / "site" / "recipes" / "index.html").read_text()
+    assert "<title>hostile - t</title>" in html  # a title holding markup is named by its file in the nav
     for tag in ("<script>alert", "<img src=x", "<b>bold", "<b>8", "<div>\n<script"):
         assert tag not in html, tag
     assert not re.search(r"(?i)(href|src)=\"\s*javascript", html)
