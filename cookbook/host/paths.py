@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
 FIXES = ROOT / "fixes"  # the fix engine (apply_all.py) always comes from here
 DOCKERFILES = ROOT / "dockerfiles"
+RELEASES = ROOT / "releases"
 
 
 def cache_dir() -> Path:
@@ -25,3 +26,10 @@ def fixes_dir() -> Path:
     they make); the engine, fixes/apply_all.py, is always this checkout's."""
     env = os.environ.get("COOKBOOK_FIXES_DIR")
     return Path(env).resolve() if env else FIXES
+
+
+def releases_dir() -> Path:
+    """The release files (releases/<tag>.yaml). COOKBOOK_RELEASES_DIR points elsewhere (tests add a release
+    in a tree they make, beside a fix pack of their own in COOKBOOK_FIXES_DIR)."""
+    env = os.environ.get("COOKBOOK_RELEASES_DIR")
+    return Path(env).resolve() if env else RELEASES
