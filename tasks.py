@@ -136,12 +136,12 @@ def fixes_list(c, profile=None):
         print(line)
 
 
-@task(help={"profile": "fix profile to verify",
+@task(help={"profile": "fix profile to verify (default: the newest release's, releases/)",
             "base": "check the pack against this base image's own files instead (read, never run)",
             "site": "with --base: the base's site-packages folder (default: found in the image)",
             "dry_run": "with --base: print what it would read"})
 @edge
-def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
+def fixes_verify(c, profile=None, base=None, site=None, dry_run=False):
     """Apply the pack in order to pristine upstream sources, or to a base image's files (--base); report fix by fix.
 
     With --base: exit 0 when every fix matches, 4 when some target files differ but the pack still
@@ -149,6 +149,7 @@ def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
     """
     from cookbook.fixpack import fix_base, fix_verify
     from cookbook.host.errors import UsageError
+    from cookbook.recipe import release
 
     if site and not base:
         raise UsageError("--site goes with --base IMAGE", hint="invoke fixes.verify --base IMAGE --site DIR")
@@ -162,7 +163,8 @@ def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
             raise Exit(fix_base.failure(report), code=report.code)
         return
     if dry_run:
-        print(f"would apply profile {profile}'s written fixes in order to pristine copies from the upstream cache")
+        print(f"would apply profile {release.profile_or_default(profile)}'s written fixes in order to pristine copies "
+              "from the upstream cache")
         return
     bad = 0
     for outcome in fix_verify.verify(profile):
@@ -174,12 +176,13 @@ def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
 
 @task(iterable=["lab_fix"],
       help={"base": "the base image whose own target files the candidate is made for (read, never run)",
-            "profile": "fix profile", "site": "the base's site-packages folder (default: found in the image)",
+            "profile": "fix profile (default: the newest release's)",
+            "site": "the base's site-packages folder (default: found in the image)",
             "no_lab": "skip the fix lab on the candidate (it takes 10+ minutes)",
             "lab_fix": "run the lab for this fix only (repeatable; default: every written fix and the pack)",
             "keep": "lay the lab's trees out here and keep them", "dry_run": "print what it would do"})
 @edge
-def fixes_rebase(c, base, profile="v0.26.0", site=None, no_lab=False, lab_fix=None, keep=None, dry_run=False):
+def fixes_rebase(c, base, profile=None, site=None, no_lab=False, lab_fix=None, keep=None, dry_run=False):
     """A candidate pack re-anchored on a base's own files, proved in the lab; fixes/ is never written."""
     from pathlib import Path
 
@@ -197,10 +200,11 @@ def fixes_rebase(c, base, profile="v0.26.0", site=None, no_lab=False, lab_fix=No
 
 @task(iterable=["requires"],
       help={"name": "the fix's name (it must be in the profile's order)", "edited": "edited copy of the package",
-            "package": "vllm_gaudi or vllm", "profile": "fix profile", "title": "one line", "why": "the symptom",
+            "package": "vllm_gaudi or vllm", "profile": "fix profile (default: the newest release's)",
+            "title": "one line", "why": "the symptom",
             "how": "the mechanism", "requires": "a fix this one needs (repeatable)", "dry_run": "print, write nothing"})
 @edge
-def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="TODO", why="TODO", how="TODO",
+def fixes_new(c, name, edited, package="vllm_gaudi", profile=None, title="TODO", why="TODO", how="TODO",
               requires=None, dry_run=False):
     """Scaffold a fix from an edited copy of a package: the diff against pristine, hashes filled in."""
     from pathlib import Path
@@ -217,9 +221,9 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="T
             "upstream": ("also run all of vllm-gaudi's own unit tests on the patched tree, but those "
                          "tests/lab/upstream-excluded.txt names"),
             "alone": "also run each fix's tests on a tree with that fix alone (and what it requires)",
-            "profile": "fix profile", "dry_run": "print what would run"})
+            "profile": "fix profile (default: the newest release's)", "dry_run": "print what would run"})
 @edge
-def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile="v0.26.0", dry_run=False):
+def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile=None, dry_run=False):
     """Prove the fixes on CPU: each fix's lab tests fail on the pristine tree and pass on the patched one."""
     from pathlib import Path
 
@@ -238,9 +242,9 @@ def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile="v0.2
 @task(help={"keep": "lay the trees out here and keep them",
             "workload": "the counter's workload: sampling (the guard's) or greedy",
             "no_prefix_caching": "serve with prefix caching off", "sync_scheduling": "serve with async scheduling off",
-            "profile": "fix profile"})
+            "profile": "fix profile (default: the newest release's)"})
 @edge
-def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_scheduling=False, profile="v0.26.0"):
+def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_scheduling=False, profile=None):
     """What the pack costs on the hot path: host syncs per steady decode step, pristine against patched."""
     from pathlib import Path
 
@@ -257,10 +261,11 @@ def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_
 
 @task(help={"to": "vllm-gaudi tag or commit to check the pack against", "from_": "git URL or local mirror of "
             "vllm-gaudi (default GitHub; not needed when the cache has REF)", "vllm": "vLLM version on PyPI "
-            "(default: the one REF pins)", "profile": "fix profile whose pack to carry over",
+            "(default: the one REF pins)",
+            "profile": "fix profile whose pack to carry over (default: the newest release's)",
             "out": "report folder (default build/drift/REF)", "dry_run": "print what it would fetch and write"})
 @edge
-def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_run=False):
+def fixes_drift(c, to, from_=None, vllm=None, profile=None, out=None, dry_run=False):
     """What a newer release does to the pack: applies, already upstream, conflicts, target moved or gone."""
     from pathlib import Path
 
@@ -272,11 +277,11 @@ def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_r
 
 
 
-@task(help={"recipe": "recipe id or path", "profile": "fix profile",
+@task(help={"recipe": "recipe id or path", "profile": "fix profile (default: the recipe's)",
             "check": "write nothing; fail if capacity.json differs from a fresh run",
             "dry_run": "print what it would run and write"})
 @edge
-def fixes_capacity(c, recipe="qwen3.5-27b-fp8", profile="v0.26.0", check=False, dry_run=False):
+def fixes_capacity(c, recipe="qwen3.5-27b-fp8", profile=None, check=False, dry_run=False):
     """The recipe's capacity at its own geometry (vLLM's scheduler, no model), stock and with the pack."""
     from cookbook.fixpack import capacity
 

@@ -27,7 +27,7 @@ from ..host.errors import FAILED, PACK_DIFFERS, EngineError, UpstreamError, Usag
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
-from ..recipe import fixes
+from ..recipe import fixes, release
 from .fix_verify import patch_verdict
 
 MATCHES, DIFFERS, NO_APPLY, NOT_WRITTEN = "matches", "differs but applies", "does not apply", "not written"
@@ -212,9 +212,10 @@ def targets(specs: dict[str, fixes.FixSpec]) -> dict[tuple[str, str], str]:
     return {(t.package, f): sha for spec in specs.values() for t in spec.targets for f, sha in t.files.items()}
 
 
-def verify_base(image: str, profile_name: str = "v0.26.0", site: str | None = None, out: Path | None = None,
+def verify_base(image: str, profile_name: str | None = None, site: str | None = None, out: Path | None = None,
                 fixes_dir: Path | None = None, dry_run: bool = False) -> Report | None:
     check_base_ref(image)
+    profile_name = release.profile_or_default(profile_name)
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     present = fixes.resolve(profile, profile.order, fixes_dir)

@@ -120,7 +120,7 @@ def lay_site_packages(pins: upstream.Pins, site: Path) -> None:
     for info in vllm_src.glob("vllm-*.dist-info"):
         shutil.copytree(info, site / info.name)
     shutil.copytree(gaudi_src / "vllm_gaudi", site / "vllm_gaudi")
-    version = pins.vllm_gaudi_version.lstrip("v")
+    version = pins.dist_version
     (site / "vllm_gaudi" / "_version.py").write_text(_scm_version_file(version, pins.vllm_gaudi_commit))
     _dist_info(site, "vllm_gaudi", version, "vllm_gaudi")
     (site / f"vllm_gaudi-{version}.dist-info" / "entry_points.txt").write_text(ENTRY_POINTS)

@@ -120,7 +120,7 @@ def warn_moving_base(loaded: LoadedRecipe, base: render.Base) -> None:
 
 
 def ensure_standin(loaded: LoadedRecipe, dry_run: bool = False, rebuild: bool = False) -> render.Base:
-    return standin.ensure(upstream.pins_for(loaded.recipe.base), dry_run=dry_run, rebuild=rebuild)
+    return standin.ensure(loaded.release.pins(), dry_run=dry_run, rebuild=rebuild)
 
 
 def build_recipe(ref: str, use_standin: bool = False, tag: list[str] | None = None, repo: str = DEFAULT_REPO,
@@ -169,6 +169,6 @@ def build_recipe(ref: str, use_standin: bool = False, tag: list[str] | None = No
 
 def fetch_upstream(ref: str, source: str | None = None, wheel: str | None = None, dry_run: bool = False) -> None:
     loaded = recipes.load(ref)
-    pins = upstream.pins_for(loaded.recipe.base)
+    pins = loaded.release.pins()
     upstream.fetch_vllm_gaudi(pins, source or upstream.GITHUB, dry_run=dry_run)
     upstream.fetch_vllm(pins, Path(wheel) if wheel else None, dry_run=dry_run)

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from ..host import grammar
+from ..host import grammar, upstream
 from ..host.errors import FixError, RecipeError, where
 from ..host.paths import FIXES, releases_dir
 from ..host.paths import fixes_dir as default_fixes_dir
@@ -153,6 +153,14 @@ def _with_release(spec: ProfileSpec, path: Path, source: yamlsource.Source, rele
         raise FixError(exc.what, where=exc.where, hint=exc.hint) from None
     packages = {k: PackagePin(**v) for k, v in rel.packages().items()}
     return spec.model_copy(update={"packages": packages, "gaudi_sw": rel.gaudi_sw})
+
+
+def pins_of(profile: ProfileSpec) -> upstream.Pins:
+    """The upstream sources a profile's fixes were written against: its release's."""
+    if profile.release not in release_names():
+        raise FixError(f"profile of release {profile.release!r}, which has no release file: it names no upstream "
+                       "sources", hint="use a profile of a release under releases/")
+    return release.load(profile.release).pins()
 
 
 def fix_names(fixes_dir: Path | None = None) -> list[str]:

@@ -51,7 +51,7 @@ class Release(Strict):
 
     def pins(self) -> upstream.Pins:
         """The upstream sources of the release, as the source cache and the fix lab fetch them."""
-        return upstream.Pins(self.vllm_gaudi.tag, self.vllm_gaudi.commit, self.vllm.version)
+        return upstream.Pins(self.vllm_gaudi.tag, self.vllm_gaudi.commit, self.vllm.version, self.vllm_gaudi.version)
 
     def packages(self) -> dict[str, dict]:
         """The package pins a fix profile of this release checks an image against (pack.json's `packages`)."""
