@@ -12,6 +12,7 @@ from invoke import Collection, Exit, task
 
 from cookbook.host import signals
 from cookbook.host.errors import CookbookError, os_error_code, printable
+from cookbook.host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, IMAGE_REPO
 
 DEFAULT_RECIPE = "qwen3.5-27b-fp8"
 
@@ -82,7 +83,7 @@ def render(c, recipe=DEFAULT_RECIPE, out=None, standin=False, dry_run=False):
                                      "not written; every tag says -unwritten and the image is never published",
             "dry_run": "print the commands, run nothing"})
 @edge
-def build(c, recipe=DEFAULT_RECIPE, standin=False, tag=None, repo="gaudi-cookbook", allow_unwritten_fixes=False,
+def build(c, recipe=DEFAULT_RECIPE, standin=False, tag=None, repo=IMAGE_REPO, allow_unwritten_fixes=False,
           dry_run=False):
     """Build a recipe's image on the Docker engine; print its id, size and what it adds over its base."""
     from cookbook.image import steps
@@ -297,7 +298,7 @@ ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify
             "standin": "the image was built on the stand-in base", "repo": "image repository prefix",
             "dry_run": "print the commands"})
 @edge
-def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", dry_run=False):
+def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo=IMAGE_REPO, dry_run=False):
     """Check an image with pytest-testinfra before any smoke run; writes the evidence file."""
     from cookbook.image import imagecheck, steps
     from cookbook.recipe import recipes
@@ -341,7 +342,7 @@ ns.add_task(k8s)
             "repo": "image repository prefix", "record": "save what the host said into DIR/readings.json",
             "readings": "judge a saved readings.json instead of this host", "dry_run": "print what it would read"})
 @edge
-def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo="gaudi-cookbook", record=None, readings=None, dry_run=False):
+def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo=IMAGE_REPO, record=None, readings=None, dry_run=False):
     """Can this host serve the recipe? Habana runtime, driver, firmware, cards, memory, cache, port, image."""
     from pathlib import Path
 
@@ -369,7 +370,7 @@ ns.add_task(doctor)
                               "(a later publish of the same image moves them, e.g. once it is signed)",
             "dry_run": "print the commands, push nothing"})
 @edge
-def publish(c, registry=None, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", sbom=True,
+def publish(c, registry=None, recipe=DEFAULT_RECIPE, image=None, standin=False, repo=IMAGE_REPO, sbom=True,
             digest_file=None, no_moving_tags=False, dry_run=False):
     """Check an image again; push it with its SBOM and provenance; move the moving tags last.
 
@@ -408,7 +409,7 @@ ns.add_task(docs)
 SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: the recipe's moving tag)",
               "port": "host port (default: the recipe's image.port)", "runtime": "Docker runtime (default habana; "
               "'' for Docker's default; device variables only with habana)", "name": "container name",
-              "hf_cache": "host Hugging Face cache mounted at /root/.cache/huggingface ('' for none)",
+              "hf_cache": f"host Hugging Face cache mounted at {HF_CACHE_IN_IMAGE} ('' for none)",
               "env": "NAME=VALUE for the container, or NAME to pass yours through (repeatable; a secret such as "
                      "HF_TOKEN only by name)",
               "option": "an extra `docker run` option, one of --shm-size=, --ulimit=, --network=, "
@@ -421,7 +422,7 @@ SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: th
 @task(iterable=["env", "option"], help=SERVE_HELP)
 @edge
 def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", name=None,
-          hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800", log_dir="build/serve",
+          hf_cache=HF_CACHE_HOST, env=None, option=None, timeout="1800", log_dir="build/serve",
           no_fetch=False, dry_run=False):
     """Start a recipe's image as the README's Serving section does, its model fetched and verified first.
 
@@ -470,7 +471,7 @@ def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, role
             "dry_run": "print the sized scenarios (and the docker run), run nothing"})
 @edge
 def bench(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale="1", repeats="3", only=None, out=None, port=None,
-          runtime="habana", name=None, hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800",
+          runtime="habana", name=None, hf_cache=HF_CACHE_HOST, env=None, option=None, timeout="1800",
           dry_run=False):
     """Run the recipe's performance scenarios: tokens/s, TTFT, end to end; JSON, Markdown rows, PNG."""
     from pathlib import Path
@@ -499,7 +500,7 @@ ns.add_task(bench)
             "dry_run": "list the checks, send nothing"})
 @edge
 def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, only=None, port=None,
-          runtime="habana", name=None, hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800",
+          runtime="habana", name=None, hf_cache=HF_CACHE_HOST, env=None, option=None, timeout="1800",
           dry_run=False):
     """Run the recipe's Verified checks against a running server; JSON and Markdown results, exit 1 on a failure."""
     from pathlib import Path
@@ -538,7 +539,7 @@ ns.add_task(smoke)
             "(default build/verify/ID)", "results": "where the result files go (default results/; docs/ is "
             "written only then)", "dry_run": "print the steps, run nothing"})
 @edge
-def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_cache="~/.cache/huggingface",
+def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo=IMAGE_REPO, hf_cache=HF_CACHE_HOST,
           env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, results=None, skip=None,
           port=None, name=None, smoke_only=None, bench_only=None, dry_run=False):
     """One command on a Gaudi host, doctor to the recipe page's measured figures; resumable, one summary.

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from cookbook.fixpack import fix_lab
+from cookbook.host.names import IMAGE_REPO
 from cookbook.host.paths import FIXES, RELEASES
 from cookbook.image import render, steps
 from cookbook.prove import smoke
@@ -68,7 +69,7 @@ def test_a_second_release_validates_and_renders_as_data_alone(second_release, tm
     assert pack["profiles"][NEW]["gaudi_sw"] == "1.25.0"
     labels = render.labels(manifest, "0" * 64)
     assert labels["cookbook.fixes.profile"] == NEW
-    assert steps.image_tags(steps.DEFAULT_REPO, loaded.id, base.vllm_gaudi.version, "f" * 64)[1].endswith(f":{NEW}")
+    assert steps.image_tags(IMAGE_REPO, loaded.id, base.vllm_gaudi.version, "f" * 64)[1].endswith(f":{NEW}")
 
 
 def test_the_lab_lays_out_the_second_release(second_release, tmp_path, upstream_cache):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..host import engine, outdir, signals
 from ..host.errors import FAILED, PACK_DIFFERS, EngineError, UpstreamError, UsageError, printable
+from ..host.names import Label
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
@@ -115,14 +116,14 @@ def slug(image: str) -> str:
 def created(image: str) -> Iterator[str]:
     """A container of `image` that is never started, for the length of the block, removed by its id
     afterwards; its id comes from --cidfile, so one interrupted while being made is removed too."""
-    from ..prove.serve import CONTAINER_LABEL, remove
+    from ..prove.serve import remove
 
     cid = ""
     with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-verify-base.") as tmp:
         cidfile = Path(tmp) / "cid"
         try:
             # A command is given so that an image without CMD can be created; it is never run.
-            engine.docker("create", f"--cidfile={cidfile}", "--label", f"{CONTAINER_LABEL}={ROLE}",
+            engine.docker("create", f"--cidfile={cidfile}", "--label", f"{Label.CONTAINER}={ROLE}",
                           "--network=none", image, "true", timeout=120)
             cid = cidfile.read_text().strip()
             yield cid
@@ -225,7 +226,7 @@ def verify_base(image: str, profile_name: str | None = None, site: str | None = 
     if dry_run:
         where = site or "SITE (the first of: the image's PYTHONPATH, " + ", ".join(_recipe_sites()) + \
             f", ... holding {PROBE})"
-        print(f"docker create --label cookbook.container={ROLE} --network=none {image} true  # never started")
+        print(f"docker create --label {Label.CONTAINER}={ROLE} --network=none {image} true  # never started")
         print(f"site-packages: {where}")
         for package, path in wanted:
             print(f"docker cp CID:{site or 'SITE'}/{package}/{path} -")

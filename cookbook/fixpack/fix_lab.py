@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..host import paths, signals, upstream
 from ..host.errors import CookbookError, UsageError
+from ..host.names import Label
 from ..host.paths import FIXES, ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
@@ -270,7 +271,7 @@ def run_contained(env_dir: Path, tree: Path, cwd: Path, out: Path, args: list[st
                   timeout: int) -> subprocess.CompletedProcess:
     """The lab's pytest in a container (see above); the container is removed by its id whatever happens."""
     from ..host import engine
-    from ..prove.serve import CONTAINER_LABEL, remove
+    from ..prove.serve import remove
 
     prefix, python = python_of(env_dir)
     mounts = {"python": prefix, "env": env_dir, "venv": venv_shim(out.parent / "venv", python), "tree": tree,
@@ -289,7 +290,7 @@ def run_contained(env_dir: Path, tree: Path, cwd: Path, out: Path, args: list[st
         "HOME": "/tmp", "COOKBOOK_CACHE": f"{IN['out']}/cache", "LD_LIBRARY_PATH": f"{IN['python']}/lib"}
     cidfile = out.parent / "cid"
     argv = contained_argv(standin.ROOTFS_IMAGE, mounts, workdir, env, pytest_args(f"{IN['out']}/{JUNIT}", args),
-                          f"{CONTAINER_LABEL}={CONTAINED_ROLE}")
+                          f"{Label.CONTAINER}={CONTAINED_ROLE}")
     c = engine.client()
     try:
         proc = signals.run([c.path, argv[0], f"--cidfile={cidfile}", *argv[1:]], env=c.env(),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .names import PROJECT
+
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
 FIXES = ROOT / "fixes"  # the fix engine (apply_all.py) always comes from here
@@ -18,7 +20,7 @@ def cache_dir() -> Path:
     if env:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gaudi-cookbook"
+    return Path(base) / PROJECT
 
 
 def fixes_dir() -> Path:

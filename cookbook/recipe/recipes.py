@@ -44,6 +44,13 @@ class LoadedRecipe:
         return fixplan.select(self.profile.order, self.profile.opt_in, self.recipe.fixes.opt_in)
 
     def line_of(self, keys: KeyPath) -> str:
+        """Where the recipe says a key; for a base or fix-profile value it leaves to its release, where the
+        release file says it (the pins are its top-level keys, the image fields are under its `base`)."""
+        if not any(keys in s.lines for s in self.chain):
+            if keys[:1] == ("base",) and len(keys) > 1:
+                return release.locate(self.release.release, keys[1:] if keys[1] in release.PINS else keys)
+            if keys == ("fixes", "profile"):
+                return release.locate(self.release.release, ("profile",))
         return locate(self.chain, keys)
 
     @property

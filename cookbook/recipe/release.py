@@ -112,6 +112,12 @@ def _load(name: str, root: Path) -> Release:
     return release
 
 
+def locate(name: str, keys: yamlsource.KeyPath, root: Path | None = None) -> str:
+    """`file:line (key a.b)` of a key in a release file: where a recipe's value that came from it is said."""
+    path = (root or releases_dir()) / f"{name}.yaml"
+    return where(path, yamlsource.load(path).line_of(keys), yamlsource.dotted(keys))
+
+
 def default(root: Path | None = None) -> Release:
     """The newest release: what a task works on when it is given no recipe and no profile."""
     root = root or releases_dir()

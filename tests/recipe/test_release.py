@@ -147,3 +147,14 @@ def test_a_profile_takes_its_pins_from_its_release_and_may_not_repeat_them(relea
     fixes._load_profile.cache_clear()
     with pytest.raises(FixError, match="names release 'cpu', which has no release file"):
         fixes.load_profile("p", pack)
+
+
+@pytest.mark.parametrize("keys,file,key", [
+    (("base", "image"), "releases/v0.26.0.yaml:", "base.image"),
+    (("base", "vllm_gaudi", "commit"), "releases/v0.26.0.yaml:", "vllm_gaudi.commit"),
+    (("fixes", "profile"), "releases/v0.26.0.yaml:", "profile"),
+    (("fixes", "opt_in"), "recipes/Qwen/Qwen3.5-27B-FP8/recipe.yaml:", "fixes.opt_in"),
+])
+def test_a_value_left_to_the_release_is_located_in_the_release_file(keys, file, key):
+    text = recipes.load("qwen3.5-27b-fp8").line_of(keys)
+    assert file in text and f"(key {key})" in text
