@@ -12,6 +12,7 @@ from invoke import Collection, Exit, task
 
 from cookbook.host import signals
 from cookbook.host.errors import CookbookError, os_error_code, printable
+from cookbook.host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, IMAGE_REPO
 
 DEFAULT_RECIPE = "qwen3.5-27b-fp8"
 
@@ -82,7 +83,7 @@ def render(c, recipe=DEFAULT_RECIPE, out=None, standin=False, dry_run=False):
                                      "not written; every tag says -unwritten and the image is never published",
             "dry_run": "print the commands, run nothing"})
 @edge
-def build(c, recipe=DEFAULT_RECIPE, standin=False, tag=None, repo="gaudi-cookbook", allow_unwritten_fixes=False,
+def build(c, recipe=DEFAULT_RECIPE, standin=False, tag=None, repo=IMAGE_REPO, allow_unwritten_fixes=False,
           dry_run=False):
     """Build a recipe's image on the Docker engine; print its id, size and what it adds over its base."""
     from cookbook.image import steps
@@ -136,12 +137,12 @@ def fixes_list(c, profile=None):
         print(line)
 
 
-@task(help={"profile": "fix profile to verify",
+@task(help={"profile": "fix profile to verify (default: the newest release's, releases/)",
             "base": "check the pack against this base image's own files instead (read, never run)",
             "site": "with --base: the base's site-packages folder (default: found in the image)",
             "dry_run": "with --base: print what it would read"})
 @edge
-def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
+def fixes_verify(c, profile=None, base=None, site=None, dry_run=False):
     """Apply the pack in order to pristine upstream sources, or to a base image's files (--base); report fix by fix.
 
     With --base: exit 0 when every fix matches, 4 when some target files differ but the pack still
@@ -149,6 +150,7 @@ def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
     """
     from cookbook.fixpack import fix_base, fix_verify
     from cookbook.host.errors import UsageError
+    from cookbook.recipe import release
 
     if site and not base:
         raise UsageError("--site goes with --base IMAGE", hint="invoke fixes.verify --base IMAGE --site DIR")
@@ -162,7 +164,8 @@ def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
             raise Exit(fix_base.failure(report), code=report.code)
         return
     if dry_run:
-        print(f"would apply profile {profile}'s written fixes in order to pristine copies from the upstream cache")
+        print(f"would apply profile {release.profile_or_default(profile)}'s written fixes in order to pristine copies "
+              "from the upstream cache")
         return
     bad = 0
     for outcome in fix_verify.verify(profile):
@@ -174,12 +177,13 @@ def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
 
 @task(iterable=["lab_fix"],
       help={"base": "the base image whose own target files the candidate is made for (read, never run)",
-            "profile": "fix profile", "site": "the base's site-packages folder (default: found in the image)",
+            "profile": "fix profile (default: the newest release's)",
+            "site": "the base's site-packages folder (default: found in the image)",
             "no_lab": "skip the fix lab on the candidate (it takes 10+ minutes)",
             "lab_fix": "run the lab for this fix only (repeatable; default: every written fix and the pack)",
             "keep": "lay the lab's trees out here and keep them", "dry_run": "print what it would do"})
 @edge
-def fixes_rebase(c, base, profile="v0.26.0", site=None, no_lab=False, lab_fix=None, keep=None, dry_run=False):
+def fixes_rebase(c, base, profile=None, site=None, no_lab=False, lab_fix=None, keep=None, dry_run=False):
     """A candidate pack re-anchored on a base's own files, proved in the lab; fixes/ is never written."""
     from pathlib import Path
 
@@ -197,10 +201,11 @@ def fixes_rebase(c, base, profile="v0.26.0", site=None, no_lab=False, lab_fix=No
 
 @task(iterable=["requires"],
       help={"name": "the fix's name (it must be in the profile's order)", "edited": "edited copy of the package",
-            "package": "vllm_gaudi or vllm", "profile": "fix profile", "title": "one line", "why": "the symptom",
+            "package": "vllm_gaudi or vllm", "profile": "fix profile (default: the newest release's)",
+            "title": "one line", "why": "the symptom",
             "how": "the mechanism", "requires": "a fix this one needs (repeatable)", "dry_run": "print, write nothing"})
 @edge
-def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="TODO", why="TODO", how="TODO",
+def fixes_new(c, name, edited, package="vllm_gaudi", profile=None, title="TODO", why="TODO", how="TODO",
               requires=None, dry_run=False):
     """Scaffold a fix from an edited copy of a package: the diff against pristine, hashes filled in."""
     from pathlib import Path
@@ -217,9 +222,9 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="T
             "upstream": ("also run all of vllm-gaudi's own unit tests on the patched tree, but those "
                          "tests/lab/upstream-excluded.txt names"),
             "alone": "also run each fix's tests on a tree with that fix alone (and what it requires)",
-            "profile": "fix profile", "dry_run": "print what would run"})
+            "profile": "fix profile (default: the newest release's)", "dry_run": "print what would run"})
 @edge
-def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile="v0.26.0", dry_run=False):
+def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile=None, dry_run=False):
     """Prove the fixes on CPU: each fix's lab tests fail on the pristine tree and pass on the patched one."""
     from pathlib import Path
 
@@ -238,9 +243,9 @@ def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile="v0.2
 @task(help={"keep": "lay the trees out here and keep them",
             "workload": "the counter's workload: sampling (the guard's) or greedy",
             "no_prefix_caching": "serve with prefix caching off", "sync_scheduling": "serve with async scheduling off",
-            "profile": "fix profile"})
+            "profile": "fix profile (default: the newest release's)"})
 @edge
-def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_scheduling=False, profile="v0.26.0"):
+def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_scheduling=False, profile=None):
     """What the pack costs on the hot path: host syncs per steady decode step, pristine against patched."""
     from pathlib import Path
 
@@ -257,10 +262,11 @@ def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_
 
 @task(help={"to": "vllm-gaudi tag or commit to check the pack against", "from_": "git URL or local mirror of "
             "vllm-gaudi (default GitHub; not needed when the cache has REF)", "vllm": "vLLM version on PyPI "
-            "(default: the one REF pins)", "profile": "fix profile whose pack to carry over",
+            "(default: the one REF pins)",
+            "profile": "fix profile whose pack to carry over (default: the newest release's)",
             "out": "report folder (default build/drift/REF)", "dry_run": "print what it would fetch and write"})
 @edge
-def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_run=False):
+def fixes_drift(c, to, from_=None, vllm=None, profile=None, out=None, dry_run=False):
     """What a newer release does to the pack: applies, fixed upstream, conflicts, target moved or gone."""
     from pathlib import Path
 
@@ -272,11 +278,11 @@ def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_r
 
 
 
-@task(help={"recipe": "recipe id or path", "profile": "fix profile",
+@task(help={"recipe": "recipe id or path", "profile": "fix profile (default: the recipe's)",
             "check": "write nothing; fail if capacity.json differs from a fresh run",
             "dry_run": "print what it would run and write"})
 @edge
-def fixes_capacity(c, recipe="qwen3.5-27b-fp8", profile="v0.26.0", check=False, dry_run=False):
+def fixes_capacity(c, recipe="qwen3.5-27b-fp8", profile=None, check=False, dry_run=False):
     """The recipe's capacity at its own geometry (vLLM's scheduler, no model), stock and with the pack."""
     from cookbook.fixpack import capacity
 
@@ -292,7 +298,7 @@ ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify
             "standin": "the image was built on the stand-in base", "repo": "image repository prefix",
             "dry_run": "print the commands"})
 @edge
-def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", dry_run=False):
+def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo=IMAGE_REPO, dry_run=False):
     """Check an image with pytest-testinfra before any smoke run; writes the evidence file."""
     from cookbook.image import imagecheck, steps
     from cookbook.recipe import recipes
@@ -336,7 +342,7 @@ ns.add_task(k8s)
             "repo": "image repository prefix", "record": "save what the host said into DIR/readings.json",
             "readings": "judge a saved readings.json instead of this host", "dry_run": "print what it would read"})
 @edge
-def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo="gaudi-cookbook", record=None, readings=None, dry_run=False):
+def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo=IMAGE_REPO, record=None, readings=None, dry_run=False):
     """Can this host serve the recipe? Habana runtime, driver, firmware, cards, memory, cache, port, image."""
     from pathlib import Path
 
@@ -364,7 +370,7 @@ ns.add_task(doctor)
                               "(a later publish of the same image moves them, e.g. once it is signed)",
             "dry_run": "print the commands, push nothing"})
 @edge
-def publish(c, registry=None, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", sbom=True,
+def publish(c, registry=None, recipe=DEFAULT_RECIPE, image=None, standin=False, repo=IMAGE_REPO, sbom=True,
             digest_file=None, no_moving_tags=False, dry_run=False):
     """Check an image again; push it with its SBOM and provenance; move the moving tags last.
 
@@ -403,7 +409,7 @@ ns.add_task(docs)
 SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: the recipe's moving tag)",
               "port": "host port (default: the recipe's image.port)", "runtime": "Docker runtime (default habana; "
               "'' for Docker's default; device variables only with habana)", "name": "container name",
-              "hf_cache": "host Hugging Face cache mounted at /root/.cache/huggingface ('' for none)",
+              "hf_cache": f"host Hugging Face cache mounted at {HF_CACHE_IN_IMAGE} ('' for none)",
               "env": "NAME=VALUE for the container, or NAME to pass yours through (repeatable; a secret such as "
                      "HF_TOKEN only by name)",
               "option": "an extra `docker run` option, one of --shm-size=, --ulimit=, --network=, "
@@ -416,7 +422,7 @@ SERVE_HELP = {"recipe": "recipe id or path", "image": "image to run (default: th
 @task(iterable=["env", "option"], help=SERVE_HELP)
 @edge
 def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", name=None,
-          hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800", log_dir="build/serve",
+          hf_cache=HF_CACHE_HOST, env=None, option=None, timeout="1800", log_dir="build/serve",
           no_fetch=False, dry_run=False):
     """Start a recipe's image as the README's Serving section does, its model fetched and verified first.
 
@@ -465,7 +471,7 @@ def _run_spec(c, loaded, image, port, runtime, name, hf_cache, env, option, role
             "dry_run": "print the sized scenarios (and the docker run), run nothing"})
 @edge
 def bench(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale="1", repeats="3", only=None, out=None, port=None,
-          runtime="habana", name=None, hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800",
+          runtime="habana", name=None, hf_cache=HF_CACHE_HOST, env=None, option=None, timeout="1800",
           dry_run=False):
     """Run the recipe's performance scenarios: tokens/s, TTFT, end to end; JSON, Markdown rows, PNG."""
     from pathlib import Path
@@ -494,7 +500,7 @@ ns.add_task(bench)
             "dry_run": "list the checks, send nothing"})
 @edge
 def smoke(c, recipe=DEFAULT_RECIPE, url=None, image=None, scale=None, out=None, only=None, port=None,
-          runtime="habana", name=None, hf_cache="~/.cache/huggingface", env=None, option=None, timeout="1800",
+          runtime="habana", name=None, hf_cache=HF_CACHE_HOST, env=None, option=None, timeout="1800",
           dry_run=False):
     """Run the recipe's Verified checks against a running server; JSON and Markdown results, exit 1 on a failure."""
     from pathlib import Path
@@ -533,7 +539,7 @@ ns.add_task(smoke)
             "(default build/verify/ID)", "results": "where the result files go (default results/; docs/ is "
             "written only then)", "dry_run": "print the steps, run nothing"})
 @edge
-def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo="gaudi-cookbook", hf_cache="~/.cache/huggingface",
+def chain(c, recipe=DEFAULT_RECIPE, runtime="habana", repo=IMAGE_REPO, hf_cache=HF_CACHE_HOST,
           env=None, option=None, timeout="1800", scale="1", repeats="3", out=None, results=None, skip=None,
           port=None, name=None, smoke_only=None, bench_only=None, dry_run=False):
     """One command on a Gaudi host, doctor to the recipe page's measured figures; resumable, one summary.

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .host import outdir, signals
 from .host.errors import CheckFailure, CookbookError, UsageError
+from .host.names import HF_CACHE_HOST, IMAGE_REPO
 from .host.paths import ROOT, fixes_dir
 from .host.progress import say
 from .recipe.recipes import LoadedRecipe
@@ -72,8 +73,8 @@ class Outcome:
 @dataclass(frozen=True)
 class Options:
     runtime: str | None = "habana"  # None: Docker's default runtime (the CPU proof)
-    repo: str = "gaudi-cookbook"
-    hf_cache: str | None = "~/.cache/huggingface"
+    repo: str = IMAGE_REPO
+    hf_cache: str | None = HF_CACHE_HOST
     env: dict = field(default_factory=dict)
     options: tuple[str, ...] = ()
     timeout_s: float = 1800.0

@@ -95,7 +95,7 @@ def upstream_cache():
     from cookbook.host import upstream
     from cookbook.recipe import recipes
 
-    pins = upstream.pins_for(recipes.load("qwen3.5-27b-fp8").recipe.base)
+    pins = recipes.load("qwen3.5-27b-fp8").release.pins()
     try:
         return upstream.require(pins)
     except Exception as exc:  # UpstreamError, with the command that fills it

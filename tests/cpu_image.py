@@ -35,7 +35,8 @@ def recipe(base_image: str) -> dict:
     data = yaml.safe_load(TEST_RECIPE.read_text())
     data["title"] = "Tiny Qwen3 on the vLLM CPU base (tests only)"
     data["hardware"]["accelerator"] = "cpu"  # its pages may show its CPU figures (measured.misplaced)
-    data["base"].update(image=base_image, python="3.11", site_packages="/usr/local/lib/python3.11/dist-packages")
+    # the image fields over its release's base (the pins stay the release's)
+    data["base"] = {"image": base_image, "python": "3.11", "site_packages": "/usr/local/lib/python3.11/dist-packages"}
     data["env"] = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
     data["fixes"] = {"profile": PROFILE, "opt_in": []}
     data["performance"] = copy.deepcopy(reference_data()["performance"])

@@ -71,8 +71,10 @@ def drift(committed: dict | None, fresh: dict) -> list[str]:
     return out
 
 
-def write(ref: str, profile: str = "v0.26.0", check: bool = False, dry_run: bool = False) -> Path:
+def write(ref: str, profile: str | None = None, check: bool = False, dry_run: bool = False) -> Path:
+    """The recipe's capacity.json, measured on a release tree patched with `profile` (the recipe's by default)."""
     loaded = recipes.load(ref)
+    profile = profile or loaded.recipe.fixes.profile
     dest = loaded.path.parent / FILENAME
     if dry_run:
         print("would lay out a patched release tree and run: "

@@ -24,10 +24,11 @@ from pathlib import Path
 
 from ..host import engine, outdir, signals
 from ..host.errors import FAILED, PACK_DIFFERS, EngineError, UpstreamError, UsageError, printable
+from ..host.names import Label
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
-from ..recipe import fixes
+from ..recipe import fixes, release
 from .fix_verify import patch_verdict
 
 MATCHES, DIFFERS, NO_APPLY, NOT_WRITTEN = "matches", "differs but applies", "does not apply", "not written"
@@ -115,14 +116,14 @@ def slug(image: str) -> str:
 def created(image: str) -> Iterator[str]:
     """A container of `image` that is never started, for the length of the block, removed by its id
     afterwards; its id comes from --cidfile, so one interrupted while being made is removed too."""
-    from ..prove.serve import CONTAINER_LABEL, remove
+    from ..prove.serve import remove
 
     cid = ""
     with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-verify-base.") as tmp:
         cidfile = Path(tmp) / "cid"
         try:
             # A command is given so that an image without CMD can be created; it is never run.
-            engine.docker("create", f"--cidfile={cidfile}", "--label", f"{CONTAINER_LABEL}={ROLE}",
+            engine.docker("create", f"--cidfile={cidfile}", "--label", f"{Label.CONTAINER}={ROLE}",
                           "--network=none", image, "true", timeout=120)
             cid = cidfile.read_text().strip()
             yield cid
@@ -212,9 +213,10 @@ def targets(specs: dict[str, fixes.FixSpec]) -> dict[tuple[str, str], str]:
     return {(t.package, f): sha for spec in specs.values() for t in spec.targets for f, sha in t.files.items()}
 
 
-def verify_base(image: str, profile_name: str = "v0.26.0", site: str | None = None, out: Path | None = None,
+def verify_base(image: str, profile_name: str | None = None, site: str | None = None, out: Path | None = None,
                 fixes_dir: Path | None = None, dry_run: bool = False) -> Report | None:
     check_base_ref(image)
+    profile_name = release.profile_or_default(profile_name)
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     present = fixes.resolve(profile, profile.order, fixes_dir)
@@ -224,7 +226,7 @@ def verify_base(image: str, profile_name: str = "v0.26.0", site: str | None = No
     if dry_run:
         where = site or "SITE (the first of: the image's PYTHONPATH, " + ", ".join(_recipe_sites()) + \
             f", ... holding {PROBE})"
-        print(f"docker create --label cookbook.container={ROLE} --network=none {image} true  # never started")
+        print(f"docker create --label {Label.CONTAINER}={ROLE} --network=none {image} true  # never started")
         print(f"site-packages: {where}")
         for package, path in wanted:
             print(f"docker cp CID:{site or 'SITE'}/{package}/{path} -")

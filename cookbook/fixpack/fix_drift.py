@@ -35,7 +35,7 @@ from ..host.errors import UpstreamError, UsageError, printable
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
-from ..recipe import fixes
+from ..recipe import fixes, release
 from .fix_sources import apply_patch, package_roots, stage, targets_of
 from .fix_verify import patch_verdict
 
@@ -104,9 +104,8 @@ def known_vllm_commits(fixes_dir: Path) -> dict[str, str]:
 def new_sources(ref: str, profile: fixes.ProfileSpec, source: str, vllm: str | None, fixes_dir: Path,
                 dry_run: bool = False) -> tuple[str, dict[str, Path], str, str]:
     """(commit, package roots, vLLM version, how it was chosen) of REF, from the cache or fetched into it."""
-    pin = profile.packages["vllm_gaudi"]
-    if ref in ("v" + pin.version.lstrip("v"), pin.commit):
-        pins = upstream.Pins("v" + pin.version.lstrip("v"), pin.commit, profile.packages["vllm"].version)
+    pins = fixes.pins_of(profile)
+    if ref in (pins.vllm_gaudi_version, pins.vllm_gaudi_commit):
         tree = upstream.fetch_vllm_gaudi(pins, source, dry_run=dry_run)
     else:
         tree = upstream.fetch_ref(ref, source, dry_run=dry_run)
@@ -371,13 +370,14 @@ def default_out(ref: str) -> Path:
     return ROOT / "build" / "drift" / re.sub(r"[^A-Za-z0-9._-]", "_", ref)
 
 
-def run(ref: str, profile_name: str = "v0.26.0", source: str | None = None, vllm: str | None = None,
+def run(ref: str, profile_name: str | None = None, source: str | None = None, vllm: str | None = None,
         out: Path | None = None, fixes_dir: Path | None = None, dry_run: bool = False) -> Report | None:
     """Fill the cache for REF if needed, compare, write drift.md and drift.json into out; print the table."""
     said = ref_problem(ref)
     if said:
         raise UsageError(f"fixes.drift {printable(repr(ref))}: {said}",
                          hint="a ref is a tag or a commit, e.g. v0.27.0; the task's help: invoke --help fixes.drift")
+    profile_name = release.profile_or_default(profile_name)
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     out = out or default_out(ref)

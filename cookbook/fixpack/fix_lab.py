@@ -22,11 +22,12 @@ from pathlib import Path
 
 from ..host import paths, signals, upstream
 from ..host.errors import CookbookError, UsageError
+from ..host.names import Label
 from ..host.paths import FIXES, ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
 from ..image import standin
-from ..recipe import fixes
+from ..recipe import fixes, release
 
 LAB_TESTS = ROOT / "tests" / "lab"
 STUBS = LAB_TESTS / "stubs"
@@ -90,21 +91,17 @@ def environment() -> Path:
     return env
 
 
-def pins_for(profile: fixes.ProfileSpec) -> upstream.Pins:
-    gaudi, vllm = profile.packages["vllm_gaudi"], profile.packages["vllm"]
-    return upstream.Pins("v" + gaudi.version.lstrip("v"), gaudi.commit, vllm.version)
-
-
-def make_tree(dest: Path, profile_name: str = "v0.26.0", patched: bool = False,
+def make_tree(dest: Path, profile_name: str | None = None, patched: bool = False,
               fixes_dir: Path | None = None, only: list[str] | None = None,
               base_files: dict[tuple[str, str], bytes] | None = None) -> Path:
     """A site-packages tree of the release at `dest`; with `patched`, the profile's written fixes
     (opt-ins included; with `only`, those fixes and what they require) applied by apply_all.py exactly
     as an image build applies them. `base_files` {(package, path): bytes} replace the release's files
     first: a base image's own target files, as `fixes.rebase` proves a candidate pack on them."""
+    profile_name = release.profile_or_default(profile_name)
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
-    standin.lay_site_packages(pins_for(profile), dest)
+    standin.lay_site_packages(fixes.pins_of(profile), dest)
     for (package, path), data in (base_files or {}).items():
         (dest / package / path).parent.mkdir(parents=True, exist_ok=True)
         (dest / package / path).write_bytes(data)
@@ -274,7 +271,7 @@ def run_contained(env_dir: Path, tree: Path, cwd: Path, out: Path, args: list[st
                   timeout: int) -> subprocess.CompletedProcess:
     """The lab's pytest in a container (see above); the container is removed by its id whatever happens."""
     from ..host import engine
-    from ..prove.serve import CONTAINER_LABEL, remove
+    from ..prove.serve import remove
 
     prefix, python = python_of(env_dir)
     mounts = {"python": prefix, "env": env_dir, "venv": venv_shim(out.parent / "venv", python), "tree": tree,
@@ -293,7 +290,7 @@ def run_contained(env_dir: Path, tree: Path, cwd: Path, out: Path, args: list[st
         "HOME": "/tmp", "COOKBOOK_CACHE": f"{IN['out']}/cache", "LD_LIBRARY_PATH": f"{IN['python']}/lib"}
     cidfile = out.parent / "cid"
     argv = contained_argv(standin.ROOTFS_IMAGE, mounts, workdir, env, pytest_args(f"{IN['out']}/{JUNIT}", args),
-                          f"{CONTAINER_LABEL}={CONTAINED_ROLE}")
+                          f"{Label.CONTAINER}={CONTAINED_ROLE}")
     c = engine.client()
     try:
         proc = signals.run([c.path, argv[0], f"--cidfile={cidfile}", *argv[1:]], env=c.env(),
@@ -334,9 +331,9 @@ def parse_junit(path: Path, cwd: Path) -> dict[str, str]:
     return out
 
 
-def written_fixes(profile_name: str = "v0.26.0", fixes_dir: Path | None = None) -> list[str]:
+def written_fixes(profile_name: str | None = None, fixes_dir: Path | None = None) -> list[str]:
     fixes_dir = fixes_dir or default_fixes_dir()
-    profile = fixes.load_profile(profile_name, fixes_dir)
+    profile = fixes.load_profile(release.profile_or_default(profile_name), fixes_dir)
     return [n for n in profile.order if (fixes_dir / n / "fix.yaml").is_file()]
 
 
@@ -351,9 +348,9 @@ def check_named(only: list[str] | None, profile_name: str, fixes_dir: Path | Non
     return only
 
 
-def upstream_tests_root(profile_name: str = "v0.26.0") -> Path:
-    profile = fixes.load_profile(profile_name, default_fixes_dir())
-    gaudi, _ = upstream.require(pins_for(profile))
+def upstream_tests_root(profile_name: str | None = None) -> Path:
+    profile = fixes.load_profile(release.profile_or_default(profile_name), default_fixes_dir())
+    gaudi, _ = upstream.require(fixes.pins_of(profile))
     return gaudi
 
 
@@ -376,7 +373,7 @@ def upstream_excluded(path: Path | None = None) -> dict[str, str]:
     return out
 
 
-def run_upstream(tree: Path, excluded: dict[str, str] | None = None, profile_name: str = "v0.26.0",
+def run_upstream(tree: Path, excluded: dict[str, str] | None = None, profile_name: str | None = None,
                  contained: bool = False) -> Run:
     """All of vllm-gaudi's own unit tests (from the upstream cache, at the pinned commit) on `tree`, but
     the excluded ones, with the "hpu" device and the Hub model they name standing in
@@ -477,12 +474,13 @@ LAB_WORKERS = 2
 
 
 def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: bool = False,
-        profile_name: str = "v0.26.0", fixes_dir: Path | None = None, dry_run: bool = False,
+        profile_name: str | None = None, fixes_dir: Path | None = None, dry_run: bool = False,
         alone: bool = False, base_files: dict[tuple[str, str], bytes] | None = None) -> Report | None:
     """`invoke fixes.lab`: both trees, the lab's tests on each (the pack's own modules too when no fix
     is named), with `alone` each fix's tests on a tree with that fix alone, and (optionally) upstream's
     unit tests that pass on the pristine release run on the patched one. With `base_files` (a base
     image's target files, fixes.rebase) every lab process runs contained (`run_contained`)."""
+    profile_name = release.profile_or_default(profile_name)
     names = check_named(only, profile_name, fixes_dir) or written_fixes(profile_name, fixes_dir)
     modules = [m for n in names for m in modules_for(n)] + ([] if only else pack_modules())
     if not only and pack_modules():
@@ -618,7 +616,7 @@ def sync_rates(figures: dict) -> dict[tuple[str, str], float]:
     return dict(out)
 
 
-def declared_host_syncs(profile_name: str = "v0.26.0", fixes_dir: Path | None = None) -> dict[str, str]:
+def declared_host_syncs(profile_name: str | None = None, fixes_dir: Path | None = None) -> dict[str, str]:
     """{file::function: fix} of the host syncs the written fixes declare (fix.yaml `host_syncs`)."""
     return {h.site: name for name in written_fixes(profile_name, fixes_dir)
             for h in fixes.load_fix(name, fixes_dir).host_syncs}
@@ -652,7 +650,7 @@ class Cost:
         return out
 
 
-def cost(keep: Path | None = None, args: tuple[str, ...] = COST_ARGS, profile_name: str = "v0.26.0",
+def cost(keep: Path | None = None, args: tuple[str, ...] = COST_ARGS, profile_name: str | None = None,
          fixes_dir: Path | None = None) -> Cost:
     """`invoke fixes.cost`: both trees (in `keep`, or a temporary folder), the counter on each."""
     with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:

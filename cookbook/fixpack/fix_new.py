@@ -16,7 +16,7 @@ import yaml
 from ..host.errors import FixError, UsageError
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
-from ..recipe import fixes
+from ..recipe import fixes, release
 from ..recipe.fixes import fixplan
 from .fix_sources import apply_patch, package_roots, stage, targets_of
 
@@ -69,13 +69,14 @@ def unified_diff(rel: str, before: bytes, after: bytes) -> str:
         return "".join(lines[start:]) if start is not None else ""
 
 
-def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: str = PLACEHOLDER,
+def new_fix(name: str, edited: Path, package: str, profile_name: str | None = None, *, title: str = PLACEHOLDER,
             why: str = PLACEHOLDER, how: str = PLACEHOLDER, requires: list[str] | None = None,
             env: dict[str, str] | None = None, upstream: dict | None = None, fixes_dir: Path | None = None,
             dry_run: bool = False) -> Path:
     fixes_dir = fixes_dir or default_fixes_dir()
     if package not in fixes.PACKAGES:
         raise UsageError(f"unknown package {package!r}", hint="--package is one of: " + ", ".join(fixes.PACKAGES))
+    profile_name = release.profile_or_default(profile_name)
     profile = fixes.load_profile(profile_name, fixes_dir)
     if not edited.is_dir():
         raise UsageError(f"--edited {edited}: no such folder",

@@ -26,7 +26,7 @@ from ..host.errors import FAILED, FixError
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
-from ..recipe import fixes
+from ..recipe import fixes, release
 from . import fix_base, fix_lab
 from .fix_base import DIFFERS, MATCHES, NO_APPLY
 from .fix_new import unified_diff
@@ -103,10 +103,11 @@ def rehash(text: str, changes: dict[str, tuple[str, str]]) -> str:
     return text
 
 
-def rebase(image: str, profile_name: str = "v0.26.0", site: str | None = None, out: Path | None = None,
+def rebase(image: str, profile_name: str | None = None, site: str | None = None, out: Path | None = None,
            fixes_dir: Path | None = None, lab: bool = True, lab_fixes: list[str] | None = None,
            keep: Path | None = None, dry_run: bool = False) -> Result | None:
     fix_base.check_base_ref(image)
+    profile_name = release.profile_or_default(profile_name)
     fixes_dir = fixes_dir or default_fixes_dir()
     profile = fixes.load_profile(profile_name, fixes_dir)
     present = fixes.resolve(profile, profile.order, fixes_dir)

@@ -8,14 +8,12 @@ from pathlib import Path
 
 from ..host import upstream
 from ..host.errors import FixError
-from ..recipe.fixes import FixSpec, ProfileSpec, patch_applier
+from ..recipe.fixes import FixSpec, ProfileSpec, patch_applier, pins_of
 
 
 def package_roots(profile: ProfileSpec) -> dict[str, Path]:
     """Where each package's pristine files are in the upstream cache, refusing if it is empty."""
-    gaudi, vllm = profile.packages["vllm_gaudi"], profile.packages["vllm"]
-    pins = upstream.Pins("v" + gaudi.version.lstrip("v"), gaudi.commit, vllm.version)
-    gaudi_root, vllm_root = upstream.require(pins)
+    gaudi_root, vllm_root = upstream.require(pins_of(profile))
     return {"vllm_gaudi": gaudi_root / "vllm_gaudi", "vllm": vllm_root / "vllm"}
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..host.paths import fixes_dir as default_fixes_dir
-from ..recipe import fixes
+from ..recipe import fixes, release
 from ..recipe.fixes import fixplan
 from .fix_sources import apply_patch, package_roots, stage, targets_of
 
@@ -22,9 +22,9 @@ class Outcome:
     said: str = ""
 
 
-def verify(profile_name: str, fixes_dir: Path | None = None) -> list[Outcome]:
+def verify(profile_name: str | None = None, fixes_dir: Path | None = None) -> list[Outcome]:
     fixes_dir = fixes_dir or default_fixes_dir()
-    profile = fixes.load_profile(profile_name, fixes_dir)
+    profile = fixes.load_profile(release.profile_or_default(profile_name), fixes_dir)
     present = fixes.resolve(profile, profile.order, fixes_dir)
     roots = package_roots(profile)
     out: list[Outcome] = []

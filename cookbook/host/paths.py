@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .names import PROJECT
+
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
 FIXES = ROOT / "fixes"  # the fix engine (apply_all.py) always comes from here
 DOCKERFILES = ROOT / "dockerfiles"
+RELEASES = ROOT / "releases"
 
 
 def cache_dir() -> Path:
@@ -17,7 +20,7 @@ def cache_dir() -> Path:
     if env:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gaudi-cookbook"
+    return Path(base) / PROJECT
 
 
 def fixes_dir() -> Path:
@@ -25,3 +28,10 @@ def fixes_dir() -> Path:
     they make); the engine, fixes/apply_all.py, is always this checkout's."""
     env = os.environ.get("COOKBOOK_FIXES_DIR")
     return Path(env).resolve() if env else FIXES
+
+
+def releases_dir() -> Path:
+    """The release files (releases/<tag>.yaml). COOKBOOK_RELEASES_DIR points elsewhere (tests add a release
+    in a tree they make, beside a fix pack of their own in COOKBOOK_FIXES_DIR)."""
+    env = os.environ.get("COOKBOOK_RELEASES_DIR")
+    return Path(env).resolve() if env else RELEASES

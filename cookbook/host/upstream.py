@@ -52,6 +52,12 @@ class Pins:
     vllm_gaudi_version: str  # the tag, e.g. v0.26.0
     vllm_gaudi_commit: str
     vllm_version: str  # the PyPI version, e.g. 0.26.0
+    # the vllm_gaudi distribution's version, as a release file says it; "" reads it from the tag
+    vllm_gaudi_dist: str = ""
+
+    @property
+    def dist_version(self) -> str:
+        return self.vllm_gaudi_dist or self.vllm_gaudi_version.lstrip("v")
 
 
 def root() -> Path:
@@ -280,8 +286,3 @@ def fetch_vllm(pins: Pins, wheel: Path | None = None, dry_run: bool = False) -> 
         shutil.rmtree(tmp, ignore_errors=True)
     say(f"vllm {pins.vllm_version}: {len(names)} files cached at {dest}")
     return dest
-
-
-def pins_for(base) -> Pins:
-    """Pins from a recipe's `base` section."""
-    return Pins(base.vllm_gaudi.version, base.vllm_gaudi.commit, base.vllm.version)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..host import engine, signals
 from ..host.errors import BuildError, EngineError, PullError
+from ..host.names import OCI, Label
 from ..host.progress import say
 from .render import Base
 
@@ -45,10 +46,10 @@ def build_labels(content_hash: str, exact_tag: str, revision: str | None) -> dic
     """The labels that cannot be in the Dockerfile they would change (render's docstring): the content
     hash, the version that carries its prefix (the exact tag's tag), and the checkout's commit (kept
     out of the hash, so an unrelated commit does not give every image a new tag)."""
-    out = {"cookbook.content.hash": content_hash,
-           "org.opencontainers.image.version": exact_tag.rsplit(":", 1)[1]}
+    out = {Label.CONTENT_HASH: content_hash,
+           OCI.VERSION: exact_tag.rsplit(":", 1)[1]}
     if revision:
-        out["org.opencontainers.image.revision"] = revision
+        out[OCI.REVISION] = revision
     return out
 
 

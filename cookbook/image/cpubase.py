@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..host import engine, signals
 from ..host.errors import BuildError
+from ..host.names import IMAGE_REPO, PROJECT
 from ..host.paths import ROOT, cache_dir
 from ..host.progress import say
 from ..recipe.fixes import fixplan
@@ -29,7 +30,7 @@ from . import render, standin
 PYTHON = "3.11"
 SITE_PACKAGES = f"/usr/local/lib/python{PYTHON}/dist-packages"
 PACKAGES = ["python3", "patch", "libnuma1", "libstdc++6", "libgcc-s1"]
-REPO = "gaudi-cookbook/vllm-cpu-base"
+REPO = f"{IMAGE_REPO}/vllm-cpu-base"
 ENV_SCRIPT = ROOT / "scripts" / "vllm-cpu-env.sh"
 LAYOUT_VERSION = "1"  # bump when the layout below changes
 # The guard matters: vLLM starts its engine core with multiprocessing's spawn, which imports __main__ again.
@@ -79,7 +80,7 @@ def image_for(k: str) -> str:
 
 
 def rootfs_image() -> str:
-    return f"gaudi-cookbook/vllm-cpu-rootfs:{fixplan.sha256_bytes(','.join(PACKAGES).encode())[:12]}"
+    return f"{IMAGE_REPO}/vllm-cpu-rootfs:{fixplan.sha256_bytes(','.join(PACKAGES).encode())[:12]}"
 
 
 def ensure_rootfs_image() -> str:
@@ -116,7 +117,7 @@ def stage(site: Path, dest: Path, version: str, k: str, rootfs: str) -> None:
     alias.mkdir()
     (alias / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
     (alias / "top_level.txt").write_text("vllm\n")
-    (alias / "INSTALLER").write_text("gaudi-cookbook-cpu-base\n")
+    (alias / "INSTALLER").write_text(f"{PROJECT}-cpu-base\n")
     (dest / "bin").mkdir()
     script = dest / "bin" / "vllm"
     script.write_text(VLLM_SCRIPT)

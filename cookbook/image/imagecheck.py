@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..host import engine, signals
 from ..host.errors import CheckFailure
+from ..host.names import Label
 from ..host.paths import cache_dir
 from ..host.progress import say
 from ..recipe.fixes import fixplan
@@ -21,14 +22,14 @@ from ..recipe.recipes import LoadedRecipe
 from . import build, render, steps
 
 CHECKS = Path(__file__).parent / "image_checks"
-RUN_LABEL = "cookbook.check-run"  # on every container of one `invoke test` run (image_checks/conftest.py)
+RUN_LABEL = Label.CHECK_RUN  # on every container of one `invoke test` run (image_checks/conftest.py)
 
 
 def expected_context(loaded: LoadedRecipe, base: render.Base, labels: dict[str, str]) -> dict[str, bytes]:
     """The context this checkout renders for the image: the recipe, the host's fix pack and the base as
     the engine holds it now (never read back from the image under test). Only whether it was built with
     --allow-unwritten-fixes is taken from its label, and that label is checked against the manifest."""
-    allow = labels.get("cookbook.allow-unwritten-fixes") == "true"
+    allow = labels.get(Label.ALLOW_UNWRITTEN) == "true"
     return render.context_files(loaded, build.resolve_base(base), allow_unwritten=allow)
 
 
@@ -96,7 +97,7 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
     expect = expectations(expected_context(loaded, base, found["Config"]["Labels"] or {}), image)
     # Containers through the docker SDK (it is fine for containers; builds go through the CLI).
     run_id = uuid.uuid4().hex
-    labels = {"cookbook.image-check": loaded.id, "cookbook.container": "image-check", "cookbook.recipe": loaded.id,
+    labels = {Label.IMAGE_CHECK: loaded.id, Label.CONTAINER: "image-check", Label.RECIPE: loaded.id,
               RUN_LABEL: run_id}
     # By id, not by name: the name may be re-pointed meanwhile, and the evidence is filed under this id.
     try:  # created inside: an interrupt or a failed start still sweeps it by this run's label

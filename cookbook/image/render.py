@@ -27,6 +27,7 @@ import jinja2
 
 from ..host import grammar, outdir, paths
 from ..host.errors import UsageError
+from ..host.names import OCI, Label
 from ..host.paths import DOCKERFILES, FIXES, ROOT
 from ..recipe import derive, fixes
 from ..recipe.fixes import fixplan
@@ -199,32 +200,32 @@ def labels(m: dict, manifest_sha256: str) -> dict[str, str]:
     pending = [f["name"] for f in m["fixes"]["order"] if f["status"] != "in-pack"]
     release = m["vllm_gaudi"]["version"]
     out = {
-        "org.opencontainers.image.title": f"{m['recipe']['title']} on Intel Gaudi (vllm-gaudi {release})",
-        "org.opencontainers.image.description": f"vLLM serving {m['model']} with cookbook recipe {m['recipe']['id']}",
-        "org.opencontainers.image.vendor": "Gaudi cookbook",
-        "org.opencontainers.image.base.name": m["base"]["image"],
+        OCI.TITLE: f"{m['recipe']['title']} on Intel Gaudi (vllm-gaudi {release})",
+        OCI.DESCRIPTION: f"vLLM serving {m['model']} with cookbook recipe {m['recipe']['id']}",
+        OCI.VENDOR: "Gaudi cookbook",
+        OCI.BASE_NAME: m["base"]["image"],
     }
     if m["base"]["digest"]:
-        out["org.opencontainers.image.base.digest"] = m["base"]["digest"]
+        out[OCI.BASE_DIGEST] = m["base"]["digest"]
     if m["base"]["id"]:
-        out["cookbook.base.id"] = m["base"]["id"]
+        out[Label.BASE_ID] = m["base"]["id"]
     out.update({
-        "cookbook.recipe": m["recipe"]["id"],
-        "cookbook.recipe.hash": m["recipe"]["hash"],
-        "cookbook.model": m["model"],
-        "cookbook.vllm-gaudi.version": m["vllm_gaudi"]["version"],
-        "cookbook.vllm-gaudi.commit": m["vllm_gaudi"]["commit"],
-        "cookbook.vllm.version": m["vllm"]["version"],
-        "cookbook.vllm.commit": m["vllm"]["commit"],
-        "cookbook.gaudi-sw": m["gaudi_sw"],
-        "cookbook.fixes.profile": m["fixes"]["profile"],
-        "cookbook.fixes": ",".join(applied),
-        "cookbook.fixes.not-written": ",".join(pending),
-        "cookbook.manifest.hash": manifest_sha256,
-        "cookbook.standin": "true" if m["base"]["standin"] else "false",
+        Label.RECIPE: m["recipe"]["id"],
+        Label.RECIPE_HASH: m["recipe"]["hash"],
+        Label.MODEL: m["model"],
+        Label.VLLM_GAUDI_VERSION: m["vllm_gaudi"]["version"],
+        Label.VLLM_GAUDI_COMMIT: m["vllm_gaudi"]["commit"],
+        Label.VLLM_VERSION: m["vllm"]["version"],
+        Label.VLLM_COMMIT: m["vllm"]["commit"],
+        Label.GAUDI_SW: m["gaudi_sw"],
+        Label.PROFILE: m["fixes"]["profile"],
+        Label.FIXES: ",".join(applied),
+        Label.FIXES_NOT_WRITTEN: ",".join(pending),
+        Label.MANIFEST_HASH: manifest_sha256,
+        Label.STANDIN: "true" if m["base"]["standin"] else "false",
         # What the publishing step checks: never publish an image that says "false".
-        "cookbook.publishable": "true" if m["publishable"] else "false",
-        "cookbook.allow-unwritten-fixes": "true" if m["allow_unwritten_fixes"] else "false",
+        Label.PUBLISHABLE: "true" if m["publishable"] else "false",
+        Label.ALLOW_UNWRITTEN: "true" if m["allow_unwritten_fixes"] else "false",
     })
     return out
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..host import engine, signals, upstream
 from ..host.errors import BuildError
+from ..host.names import IMAGE_REPO, PROJECT
 from ..host.paths import cache_dir
 from ..host.progress import say
 from . import render
@@ -21,13 +22,13 @@ from . import render
 SUITE = "bookworm"
 PYTHON = "3.11"
 SITE_PACKAGES = f"/usr/local/lib/python{PYTHON}/dist-packages"
-ROOTFS_IMAGE = f"gaudi-cookbook/standin-rootfs:{SUITE}"
+ROOTFS_IMAGE = f"{IMAGE_REPO}/standin-rootfs:{SUITE}"
 PACKAGES = ["python3", "git", "patch"]
 MIRROR = "http://deb.debian.org/debian"
 
 
 def base_image(release: str) -> str:
-    return f"gaudi-cookbook/standin-base:{release}"
+    return f"{IMAGE_REPO}/standin-base:{release}"
 
 
 def base(release: str) -> render.Base:
@@ -91,7 +92,7 @@ def _dist_info(site: Path, dist: str, version: str, top: str) -> None:
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     (info / "top_level.txt").write_text(top + "\n")
-    (info / "INSTALLER").write_text("gaudi-cookbook-standin\n")
+    (info / "INSTALLER").write_text(f"{PROJECT}-standin\n")
 
 
 def _scm_version_file(version: str, commit: str) -> str:
@@ -120,7 +121,7 @@ def lay_site_packages(pins: upstream.Pins, site: Path) -> None:
     for info in vllm_src.glob("vllm-*.dist-info"):
         shutil.copytree(info, site / info.name)
     shutil.copytree(gaudi_src / "vllm_gaudi", site / "vllm_gaudi")
-    version = pins.vllm_gaudi_version.lstrip("v")
+    version = pins.dist_version
     (site / "vllm_gaudi" / "_version.py").write_text(_scm_version_file(version, pins.vllm_gaudi_commit))
     _dist_info(site, "vllm_gaudi", version, "vllm_gaudi")
     (site / f"vllm_gaudi-{version}.dist-info" / "entry_points.txt").write_text(ENTRY_POINTS)

@@ -9,14 +9,13 @@ from pathlib import Path
 
 from ..host import engine, grammar, upstream
 from ..host.errors import BuildError, UsageError
+from ..host.names import IMAGE_REPO
 from ..host.paths import ROOT
 from ..host.progress import say
 from ..recipe import fixes, recipes
 from ..recipe.derive import image_tags, tag_mark
 from ..recipe.recipes import LoadedRecipe
 from . import build, render, standin
-
-DEFAULT_REPO = "gaudi-cookbook"
 
 
 def revision() -> str | None:
@@ -95,7 +94,7 @@ def require_written(loaded: LoadedRecipe, selection: fixes.Selection, use_standi
     raise BuildError(
         f"recipe {loaded.id} selects {len(missing)} fixes that are not written yet: {', '.join(missing)}; "
         "an image on the real base would claim fixes it does not hold",
-        where=loaded.line_of(("fixes", "profile")),
+        where=loaded.line_of(("fixes",)),
         hint="write them (invoke fixes.new), build on the stand-in (--standin), or for development only add "
              "--allow-unwritten-fixes (every tag then says -unwritten and the image is never published)")
 
@@ -116,14 +115,15 @@ def warn_moving_base(loaded: LoadedRecipe, base: render.Base) -> None:
         return
     got = f" (today {base.digest or base.image_id})" if base.image_id else ""
     say(f"warning: {loaded.line_of(('base', 'image'))}: building FROM {base.image}, a tag that moves{got}; "
-        "pin base.digest in the recipe to build on a known base (the image records the digest it was built on)")
+        f"pin base.digest in releases/{loaded.release.release}.yaml (or in the recipe's base) to build on a known "
+        "base (the image records the digest it was built on)")
 
 
 def ensure_standin(loaded: LoadedRecipe, dry_run: bool = False, rebuild: bool = False) -> render.Base:
-    return standin.ensure(upstream.pins_for(loaded.recipe.base), dry_run=dry_run, rebuild=rebuild)
+    return standin.ensure(loaded.release.pins(), dry_run=dry_run, rebuild=rebuild)
 
 
-def build_recipe(ref: str, use_standin: bool = False, tag: list[str] | None = None, repo: str = DEFAULT_REPO,
+def build_recipe(ref: str, use_standin: bool = False, tag: list[str] | None = None, repo: str = IMAGE_REPO,
                  dry_run: bool = False, allow_unwritten: bool = False) -> build.Built | None:
     loaded = recipes.load(ref)
     base = base_for(loaded, use_standin)
@@ -169,6 +169,6 @@ def build_recipe(ref: str, use_standin: bool = False, tag: list[str] | None = No
 
 def fetch_upstream(ref: str, source: str | None = None, wheel: str | None = None, dry_run: bool = False) -> None:
     loaded = recipes.load(ref)
-    pins = upstream.pins_for(loaded.recipe.base)
+    pins = loaded.release.pins()
     upstream.fetch_vllm_gaudi(pins, source or upstream.GITHUB, dry_run=dry_run)
     upstream.fetch_vllm(pins, Path(wheel) if wheel else None, dry_run=dry_run)

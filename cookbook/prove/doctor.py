@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..host.errors import CheckFailure, HostError, UsageError, printable
+from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, Label
 from ..recipe.recipes import LoadedRecipe
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -162,7 +163,7 @@ def check_runtime(r: Readings) -> Check:
 # The two probes the reader makes: (reading, its yes/no key, what a no says, what a yes says, the mend).
 PROBES = {
     "hugging face cache": ("hf_cache", "writable", "{path} is not writable: {error}", "{path} is writable",
-                           "make it writable, or mount another with -v DIR:/root/.cache/huggingface"),
+                           f"make it writable, or mount another with -v DIR:{HF_CACHE_IN_IMAGE}"),
     "port": ("port", "free", "port {port} is taken: {error}", "port {port} is free",
              "stop what listens there, or run the image with -p OTHER:PORT"),
 }
@@ -185,10 +186,10 @@ def check_image(r: Readings, loaded: LoadedRecipe) -> Check:
                      f"invoke build --recipe {loaded.id}, or docker pull it; before a first build on this host, "
                      f"check the pack against its base: invoke fixes.verify --base {vault_base(loaded).from_ref}")
     labels = i.get("labels") or {}
-    if labels.get("cookbook.recipe.hash") != loaded.hash:
+    if labels.get(Label.RECIPE_HASH) != loaded.hash:
         return Check("image", FAIL, f"{i['ref']} was built from another version of recipe {loaded.id}",
                      f"invoke build --recipe {loaded.id}")
-    if labels.get("cookbook.standin") == "true":
+    if labels.get(Label.STANDIN) == "true":
         return Check("image", FAIL, f"{i['ref']} is built on the stand-in base: it serves no model",
                      f"invoke build --recipe {loaded.id} (without --standin) on a host that reaches the vault")
     ev = i.get("evidence")
@@ -227,7 +228,7 @@ COMMANDS = ["hl-smi -q", "docker info --format '{{json .}}'", "write and remove 
 
 def hf_cache_dir() -> Path:
     home = os.environ.get("HF_HOME")
-    return Path(home) if home else Path.home() / ".cache" / "huggingface"
+    return Path(home) if home else Path(HF_CACHE_HOST).expanduser()
 
 
 def _hl_smi() -> dict | None:

@@ -24,13 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from ..host.errors import RecipeError, printable, where
+from ..host.names import OCI, Label
 from ..host.paths import ROOT
 
 RESULTS = ROOT / "results"
 SCHEMAS = {"smoke": "cookbook.smoke/v1", "bench": "cookbook.bench/v1"}
-CONTENT_LABEL = "cookbook.content.hash"  # build.build_labels
-BASE_ID_LABEL, BASE_DIGEST_LABEL = "cookbook.base.id", "org.opencontainers.image.base.digest"  # render.labels
-BASE_NAME_LABEL = "org.opencontainers.image.base.name"  # render.labels
 HARDWARE = ("gaudi", "cpu")
 # The bench values a page prints (docs.figure): each a finite number, not negative (seconds_to_answer may
 # be a [low, high] range); anything else is refused with the file and key, never printed or plotted.
@@ -91,9 +89,9 @@ def image_target(image: str | None, image_id: str | None, hardware: str | None, 
     as that build did), the hardware the server reported (detected_hardware) and the vLLM flags the run
     added to the recipe's."""
     labels = labels or {}
-    return {"image": image, "image_id": image_id, "content_hash": labels.get(CONTENT_LABEL),
-            "base_id": labels.get(BASE_ID_LABEL), "base_digest": labels.get(BASE_DIGEST_LABEL),
-            "base_name": labels.get(BASE_NAME_LABEL), "hardware": hardware if hardware in HARDWARE else None,
+    return {"image": image, "image_id": image_id, "content_hash": labels.get(Label.CONTENT_HASH),
+            "base_id": labels.get(Label.BASE_ID), "base_digest": labels.get(OCI.BASE_DIGEST),
+            "base_name": labels.get(OCI.BASE_NAME), "hardware": hardware if hardware in HARDWARE else None,
             "args": None if args is None else list(args)}
 
 

@@ -23,11 +23,10 @@ from pathlib import Path
 
 from ..host import engine, grammar, signals
 from ..host.errors import CheckFailure, UsageError, printable
+from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, IMAGE_REPO, Label
 from ..host.progress import console, say
 from ..recipe.recipes import LoadedRecipe
 
-IMAGE_REPO = "gaudi-cookbook"
-HF_CACHE_IN_IMAGE = "/root/.cache/huggingface"
 # Passed through by name only, when set: the value never leaves Docker's own environment.
 SECRET_ENV = ("HF_TOKEN",)
 GAUDI_RUNTIME = "habana"
@@ -35,7 +34,6 @@ GAUDI_DEVICE_ENV = {"HABANA_VISIBLE_DEVICES": "all"}
 # The README's options beside the runtime: a shared /dev/shm for the engine's processes, and the
 # scheduler priorities vLLM sets on its threads.
 BASE_OPTIONS = ("--ipc=host", "--cap-add=sys_nice")
-CONTAINER_LABEL = "cookbook.container"
 # `--option` takes these docker run options only, as --flag=value: anything else (--privileged,
 # --entrypoint, --env=TOKEN=..., a writable or host-wide volume, --network=host) changes what the
 # recipe's container is, or puts a secret in an argv. OPTION_HELP is what a refusal lists.
@@ -63,7 +61,7 @@ class RunSpec:
     port: int  # on the host
     container_port: int  # the recipe's image.port: vLLM listens there inside
     runtime: str | None = GAUDI_RUNTIME  # None or "": Docker's default runtime
-    hf_cache: str | None = "~/.cache/huggingface"
+    hf_cache: str | None = HF_CACHE_HOST
     env: dict[str, str] = field(default_factory=dict)  # non-secret -e NAME=VALUE
     pass_env: tuple[str, ...] = SECRET_ENV  # -e NAME: value from the caller's environment (when set)
     options: tuple[str, ...] = ()  # extra docker run options, before the image
@@ -112,7 +110,7 @@ def check_spec(spec: RunSpec) -> None:
         said = host_folder_problem(os.path.expanduser(spec.hf_cache))
         if said:  # mounted read-write, so refused wherever a read-only --volume is
             raise UsageError(f"--hf-cache {printable(spec.hf_cache)}: {said}",
-                             hint="a folder of its own, such as ~/.cache/huggingface ('' for none)")
+                             hint=f"a folder of its own, such as {HF_CACHE_HOST} ('' for none)")
 
 
 def image_problem(ref: str) -> str | None:
@@ -186,9 +184,9 @@ def host_folder_problem(host: str) -> str | None:
 def run_argv(spec: RunSpec) -> list[str]:
     """The `docker run` arguments (after `docker`) of the README's Serving section, detached and named."""
     # Labelled, so a container the cookbook started is found again: docker ps --filter label=cookbook.container
-    argv = ["run", "--detach", "--name", spec.name, "--label", f"{CONTAINER_LABEL}={spec.role}"]
+    argv = ["run", "--detach", "--name", spec.name, "--label", f"{Label.CONTAINER}={spec.role}"]
     if spec.recipe:
-        argv += ["--label", f"cookbook.recipe={spec.recipe}"]
+        argv += ["--label", f"{Label.RECIPE}={spec.recipe}"]
     if spec.runtime:
         argv.append(f"--runtime={spec.runtime}")
         if spec.runtime == GAUDI_RUNTIME:
@@ -360,7 +358,7 @@ def container(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_
 
 def spec_for(loaded: LoadedRecipe, image: str | None = None, port: int | None = None,
              runtime: str | None = GAUDI_RUNTIME, name: str | None = None,
-             hf_cache: str | None = "~/.cache/huggingface", env: dict | None = None,
+             hf_cache: str | None = HF_CACHE_HOST, env: dict | None = None,
              options: tuple[str, ...] = (), args: tuple[str, ...] = (), role: str = "serve") -> RunSpec:
     """The README's `docker run` for `role`: serve publishes the port as the README does; the transient
     smoke and bench containers on 127.0.0.1 only. `env` values of None are passed through by name."""

@@ -38,6 +38,7 @@ from urllib.parse import quote, urlsplit
 
 from ..host import limits
 from ..host.errors import CheckFailure, UsageError, WeightsError, printable
+from ..host.names import PROJECT
 from ..host.progress import console, say
 
 TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -453,7 +454,7 @@ def fetch(repo_id: str, hf_cache: str, out: Path, revision: str = REVISION) -> R
     host = f"{where.scheme}://{where.hostname}" + (f":{where.port}" if where.port else "")
     say(f"weights: asking {host} for {repo_id} at {revision}" + (f" (token from {via})" if via else " (no token)")
         + f"; the step's deadline is {clock.seconds:.0f}s ({TIMEOUT_ENV})")
-    headers = {"User-Agent": "gaudi-cookbook", "Accept-Encoding": "identity"}
+    headers = {"User-Agent": PROJECT, "Accept-Encoding": "identity"}
     if tok:
         headers["Authorization"] = f"Bearer {tok}"  # httpx drops it on a redirect to another host
     # SIGTERM (a CI cancel) as Ctrl-C: the partial file of the download under way is removed

@@ -19,13 +19,14 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
-from ..host import grammar
-from ..host.errors import FixError, where
-from ..host.paths import FIXES
+from ..host import grammar, upstream
+from ..host.errors import FixError, RecipeError, where
+from ..host.paths import FIXES, releases_dir
 from ..host.paths import fixes_dir as default_fixes_dir
-from . import yamlsource
+from . import release, yamlsource
+from .release import names as release_names
 
 
 def _load_from_fixes(name: str, file: str):
@@ -58,9 +59,12 @@ class PackagePin(_Strict):
 
 
 class ProfileSpec(_Strict):
+    """A profile file, loaded: its release's package pins and Gaudi software version filled in from
+    releases/<release>.yaml. Only a pack for no release (the tests' CPU image) pins packages itself."""
+
     release: StrictStr
-    packages: dict[Literal["vllm_gaudi", "vllm"], PackagePin]
-    gaudi_sw: StrictStr
+    packages: dict[Literal["vllm_gaudi", "vllm"], PackagePin] | None = None
+    gaudi_sw: StrictStr | None = None
     order: list[StrictStr]
     opt_in: list[StrictStr] = []
 
@@ -181,11 +185,11 @@ def load_profile(name: str, fixes_dir: Path | None = None) -> ProfileSpec:
     if grammar.problem("slug", name):  # a file name under profiles/: it cannot climb out
         raise FixError(f"unknown fix profile {name!r}: {grammar.problem('slug', name)}",
                        hint="known profiles: " + (", ".join(profile_names(fixes_dir)) or "(none)"))
-    return _load_profile(name, fixes_dir.resolve())
+    return _load_profile(name, fixes_dir.resolve(), releases_dir().resolve())
 
 
 @cache
-def _load_profile(name: str, fixes_dir: Path) -> ProfileSpec:
+def _load_profile(name: str, fixes_dir: Path, releases: Path) -> ProfileSpec:
     path = fixes_dir / "profiles" / f"{name}.yaml"
     if not path.is_file():
         raise FixError(f"unknown fix profile {name!r}",
@@ -198,7 +202,35 @@ def _load_profile(name: str, fixes_dir: Path) -> ProfileSpec:
                            where=where(path, source.line_of(("opt_in",)), "opt_in"))
     if len(set(spec.order)) != len(spec.order):
         raise FixError("a fix appears twice in the order", where=where(path, source.line_of(("order",)), "order"))
-    return spec
+    return _with_release(spec, path, source, releases)
+
+
+def _with_release(spec: ProfileSpec, path: Path, source: yamlsource.Source, releases: Path) -> ProfileSpec:
+    """The profile with its release's pins; a profile of a release that has a file may not pin them again."""
+    said = [k for k in ("packages", "gaudi_sw") if getattr(spec, k) is not None]
+    if spec.release not in release_names(releases):
+        if len(said) < 2:
+            raise FixError(f"profile {path.stem} names release {spec.release!r}, which has no release file "
+                           f"in {releases}", where=where(path, source.line_of(("release",)), "release"),
+                           hint="name a release there (its pins are the profile's), or add its file")
+        return spec
+    if said:
+        raise FixError(f"`{said[0]}` is release {spec.release}'s to say (releases/{spec.release}.yaml)",
+                       where=where(path, source.line_of((said[0],)), said[0]), hint="remove it from the profile")
+    try:
+        rel = release.load(spec.release, releases)
+    except RecipeError as exc:
+        raise FixError(exc.what, where=exc.where, hint=exc.hint) from None
+    packages = {k: PackagePin(**v) for k, v in rel.packages().items()}
+    return spec.model_copy(update={"packages": packages, "gaudi_sw": rel.gaudi_sw})
+
+
+def pins_of(profile: ProfileSpec) -> upstream.Pins:
+    """The upstream sources a profile's fixes were written against: its release's."""
+    if profile.release not in release_names():
+        raise FixError(f"profile of release {profile.release!r}, which has no release file: it names no upstream "
+                       "sources", hint="use a profile of a release under releases/")
+    return release.load(profile.release).pins()
 
 
 def fix_names(fixes_dir: Path | None = None) -> list[str]:
@@ -258,16 +290,7 @@ UPSTREAM_HINT = ("search vllm-gaudi's and vLLM's trackers for the bug; name each
 
 
 def _validate(model: type[BaseModel], source: yamlsource.Source) -> BaseModel:
-    try:
-        return model.model_validate(source.data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            line = source.line_of(loc)
-            label = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-            problems.append(f"  {where(source.path, line, yamlsource.dotted(loc))}: {label}")
-        raise FixError(f"{source.path} is not valid:\n" + "\n".join(problems)) from None
+    return yamlsource.validated(model, source, FixError)
 
 
 def patch_applier():

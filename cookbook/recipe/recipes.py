@@ -18,8 +18,9 @@ from pydantic import BaseModel, ValidationError
 from ..host import grammar
 from ..host.errors import FixError, RecipeError, where
 from ..host.paths import RECIPES, ROOT
-from . import derive, fixes, rules, yamlsource
+from . import derive, fixes, release, rules, yamlsource
 from .fixes import fixplan
+from .release import Release
 from .schema import Recipe
 from .yamlsource import KeyPath, Source, dotted
 
@@ -32,9 +33,10 @@ class LoadedRecipe:
     path: Path
     recipe: Recipe
     chain: tuple[Source, ...]  # the file itself first, then what it extends
-    data: dict  # the merged document the schema validated
-    hash: str  # sha256 of the merged document: the recipe's content hash
+    data: dict  # the merged document the schema validated (with what its release fills in)
+    hash: str  # sha256 of the merged document, its release's data filled in: the recipe's content hash
     profile: rules.Profile
+    release: Release
 
     @property
     def fixes(self) -> list[str]:
@@ -42,6 +44,13 @@ class LoadedRecipe:
         return fixplan.select(self.profile.order, self.profile.opt_in, self.recipe.fixes.opt_in)
 
     def line_of(self, keys: KeyPath) -> str:
+        """Where the recipe says a key; for a base or fix-profile value it leaves to its release, where the
+        release file says it (the pins are its top-level keys, the image fields are under its `base`)."""
+        if not any(keys in s.lines for s in self.chain):
+            if keys[:1] == ("base",) and len(keys) > 1:
+                return release.locate(self.release.release, keys[1:] if keys[1] in release.PINS else keys)
+            if keys == ("fixes", "profile"):
+                return release.locate(self.release.release, ("profile",))
         return locate(self.chain, keys)
 
     @property
@@ -163,8 +172,30 @@ def load(ref: str | Path, root: Path = RECIPES) -> LoadedRecipe:
     return validate(rid, path, chain, data)
 
 
+def with_release(chain: tuple[Source, ...], data: dict) -> tuple[Release, dict]:
+    """The recipe's release, and the merged document with what the recipe does not say taken from it: the
+    base (image, digest, Python, pins) and the fix profile. The pins are the release's alone."""
+    name = data.get("release")
+    if not isinstance(name, str):
+        raise RecipeError("a recipe names its release (a file under releases/)", where=locate(chain, ("release",)),
+                          hint=f"add `release: {release.default().release}` (known: {', '.join(release.names())})")
+    try:
+        rel = release.load(name)
+    except RecipeError as exc:
+        raise RecipeError(exc.what, where=locate(chain, ("release",)), hint=exc.hint) from None
+    base = data.get("base")
+    for key in release.PINS if isinstance(base, dict) else ():
+        if key in base:
+            raise RecipeError(f"base.{key} is release {name}'s to say (releases/{name}.yaml), not the recipe's",
+                              where=locate(chain, ("base", key)),
+                              hint="remove it; to build on other versions, name another release")
+    return rel, merge(rel.recipe_defaults(), data)
+
+
 def validate(rid: str, path: Path, chain: tuple[Source, ...], data: dict) -> LoadedRecipe:
-    """The schema and every rule on a merged recipe document (`load` reads one from its files)."""
+    """The schema and every rule on a merged recipe document (`load` reads one from its files), once the
+    recipe's release has filled in what the recipe leaves to it."""
+    rel, data = with_release(chain, data)
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:
@@ -173,11 +204,15 @@ def validate(rid: str, path: Path, chain: tuple[Source, ...], data: dict) -> Loa
         spec = fixes.load_profile(recipe.fixes.profile)
     except FixError as exc:  # name where the recipe asked for it
         raise RecipeError(exc.what, where=locate(chain, ("fixes", "profile")), hint=exc.hint) from None
+    if spec.release != rel.release and spec.release in release.names():
+        raise RecipeError(f"fix profile {recipe.fixes.profile} is release {spec.release}'s, and the recipe's "
+                          f"release is {rel.release}", where=locate(chain, ("fixes", "profile")),
+                          hint=f"leave fixes.profile out: release {rel.release}'s is {rel.profile}")
     profile = rules.Profile(name=recipe.fixes.profile, order=spec.order, opt_in=spec.opt_in)
     violations = rules.check(recipe, profile)
     if violations:
         raise RecipeError(_report(path, [f"{locate(chain, v.key)}: [{v.rule}] {v.message}" for v in violations]))
-    return LoadedRecipe(rid, path, recipe, chain, data, content_hash(rid, data), profile)
+    return LoadedRecipe(rid, path, recipe, chain, data, content_hash(rid, data), profile, rel)
 
 
 def load_all(root: Path = RECIPES) -> list[LoadedRecipe]:

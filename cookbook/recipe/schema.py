@@ -100,16 +100,25 @@ class Pin(Strict):
     commit: StrictStr = Field(pattern=r"^[0-9a-f]{40}$")
 
 
-class Base(Strict):
-    """The stock vllm-gaudi image the recipe was validated on."""
+Digest = Annotated[StrictStr, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+
+
+class BaseImage(Strict):
+    """The image a release is built FROM, and where its Python is (a release file's `base`)."""
+
+    image: ImageRef
+    digest: Digest | None = None
+    python: Annotated[StrictStr, _role("python")]
+    site_packages: AbsPath
+
+
+class Base(BaseImage):
+    """The stock vllm-gaudi image the recipe was validated on: its release's base and pins (a recipe file
+    may say the image fields over its release's, never the pins)."""
 
     vllm_gaudi: Pin
     vllm: Pin
     gaudi_sw: Ident
-    image: ImageRef
-    digest: StrictStr | None = Field(None, pattern=r"^sha256:[0-9a-f]{64}$")
-    python: Annotated[StrictStr, _role("python")]
-    site_packages: AbsPath
 
 
 class Serve(Strict):
@@ -214,6 +223,7 @@ class Image(Strict):
 class Recipe(Strict):
     schema_version: Literal[1] = Field(alias="schema")
     extends: Text | None = None
+    release: Slug = Field(description="a file name under releases/: its base and fix profile are the recipe's")
     title: Text
     model: Model
     hardware: Hardware

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from ..host.errors import RecipeError, where
 
@@ -66,6 +67,19 @@ def load(path: Path, error=RecipeError) -> Source:
     if node is not None:
         _walk(node, (), lines, path, error)
     return Source(path=path, data=data, lines=lines)
+
+
+def validated(model: type[BaseModel], source: Source, error=RecipeError) -> BaseModel:
+    """`source` as `model`, or one error naming the file, key path and line of each problem."""
+    try:
+        return model.model_validate(source.data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            label = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            problems.append(f"  {where(source.path, source.line_of(loc), dotted(loc))}: {label}")
+        raise error(f"{source.path} is not valid:\n" + "\n".join(problems)) from None
 
 
 def _walk(node, prefix: KeyPath, lines: dict[KeyPath, int], path: Path, error) -> None:

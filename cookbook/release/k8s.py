@@ -29,6 +29,7 @@ import yaml
 
 from ..host import engine, outdir
 from ..host.errors import ManifestError, UsageError, printable, where
+from ..host.names import HF_CACHE_IN_IMAGE, OCI, PROJECT, Label
 from ..host.paths import ROOT
 from ..host.progress import say
 from ..recipe import fixes
@@ -38,7 +39,6 @@ from . import k8s_schema
 K8S_VERSION = "1.32"  # the Kubernetes API the manifests are validated against (kubernetes-validate's schemas)
 GAUDI = "habana.ai/gaudi"  # the extended resource Intel's Gaudi device plugin advertises
 MANIFEST_IN_IMAGE = fixes.fixplan.MANIFEST
-HF_CACHE = "/root/.cache/huggingface"  # the image runs as root; the Hub client caches here
 CONTAINER = "vllm"
 KSERVE_CONTAINER = "kserve-container"  # the name KServe expects for a runtime's serving container
 STARTUP_PERIOD_S = 10
@@ -82,15 +82,15 @@ class ImageFacts:
 
     @property
     def standin(self) -> bool:
-        return self.labels.get("cookbook.standin") == "true"
+        return self.labels.get(Label.STANDIN) == "true"
 
 
 def facts_of(config: dict, manifest: dict) -> ImageFacts:
     """From an image's config (docker inspect .Config) and its cookbook manifest; refuses an image that
     is not a cookbook recipe image or whose config and manifest disagree."""
     labels = config.get("Labels") or {}
-    if "cookbook.recipe" not in labels:
-        raise ManifestError("the image carries no cookbook.recipe label: it was not built by `invoke build`")
+    if Label.RECIPE not in labels:
+        raise ManifestError(f"the image carries no {Label.RECIPE} label: it was not built by `invoke build`")
     port = manifest["port"]
     if f"{port}/tcp" not in (config.get("ExposedPorts") or {}):
         raise ManifestError(f"the image's manifest says port {port}, but the image exposes "
@@ -197,7 +197,7 @@ def digest_problem(pinned: str, facts: ImageFacts) -> str | None:
 
 
 def check_image(loaded: LoadedRecipe, facts: ImageFacts, allow_standin: bool) -> None:
-    got = facts.labels["cookbook.recipe"], facts.labels.get("cookbook.recipe.hash")
+    got = facts.labels[Label.RECIPE], facts.labels.get(Label.RECIPE_HASH)
     if got != (loaded.id, loaded.hash):
         raise ManifestError(f"the image was built from recipe {got[0]} ({(got[1] or '?')[:12]}), not {loaded.id} "
                             f"({loaded.hash[:12]})", hint="build the recipe again, or name the image built from it")
@@ -281,8 +281,8 @@ def container(loaded: LoadedRecipe, facts: ImageFacts, opts: Options, name: str)
         # Extended resources: the request must equal the limit, so the limit alone says it.
         "resources": {"requests": {"cpu": str(CPU_PER_CARD * cards), "memory": f"{MEMORY_GI_PER_CARD * cards}Gi"},
                       "limits": {GAUDI: str(cards)}},
-        "volumeMounts": [{"name": "model-cache", "mountPath": HF_CACHE}, {"name": "dshm", "mountPath": "/dev/shm"},
-                         {"name": "tmp", "mountPath": TMP}],
+        "volumeMounts": [{"name": "model-cache", "mountPath": HF_CACHE_IN_IMAGE},
+                         {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": TMP}],
         # `docker run --cap-add=sys_nice` on one host, and nothing more: no privilege escalation, every other
         # capability dropped, a read-only root (what must be written has a volume: docs/serving.md's list).
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
@@ -332,12 +332,12 @@ def docker_run_options(pod_spec: dict) -> list[str]:
 
 
 def metadata(loaded: LoadedRecipe, facts: ImageFacts, name: str) -> dict:
-    version = facts.labels.get("org.opencontainers.image.version", "")
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "gaudi-cookbook"}
+    version = facts.labels.get(OCI.VERSION, "")
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": PROJECT}
     if version:
         labels["app.kubernetes.io/version"] = version[:63]
-    keep = ("cookbook.recipe", "cookbook.recipe.hash", "cookbook.manifest.hash", "cookbook.model",
-            "cookbook.vllm-gaudi.version", "cookbook.gaudi-sw", "cookbook.fixes")
+    keep = (Label.RECIPE, Label.RECIPE_HASH, Label.MANIFEST_HASH, Label.MODEL,
+            Label.VLLM_GAUDI_VERSION, Label.GAUDI_SW, Label.FIXES)
     return {"name": name, "labels": labels,
             "annotations": {k: facts.labels[k] for k in keep if facts.labels.get(k)}}
 
@@ -427,9 +427,9 @@ def guard(loaded: LoadedRecipe, environ: dict[str, str]) -> None:
 def schema_samples(loaded: LoadedRecipe) -> list[dict]:
     """Every KServe object `render` makes, with every optional part, for deriving the KServe schema
     (scripts/derive-kserve-schema.py). Only which fields appear matters there, not their values."""
-    labels = {"cookbook.recipe": loaded.id, "org.opencontainers.image.version": "v0",
-              **{k: "x" for k in ("cookbook.recipe.hash", "cookbook.manifest.hash", "cookbook.model",
-                                  "cookbook.vllm-gaudi.version", "cookbook.gaudi-sw", "cookbook.fixes")}}
+    labels = {Label.RECIPE: loaded.id, OCI.VERSION: "v0",
+              **{k: "x" for k in (Label.RECIPE_HASH, Label.MANIFEST_HASH, Label.MODEL,
+                                  Label.VLLM_GAUDI_VERSION, Label.GAUDI_SW, Label.FIXES)}}
     facts = ImageFacts(labels, 8000, "/health", {}, 1800, 30, 10, 3)
     opts = Options(image="sample@sha256:" + "0" * 64, replicas=2, kserve=True, env=(("SAMPLE", "1"),))
     return [o for o in render(loaded, facts, opts).values() if o["apiVersion"].startswith("serving.kserve.io/")]

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..host import engine
 from ..host.errors import CheckFailure, EngineError, PublishError
+from ..host.names import IMAGE_REPO, OCI, Label
 from ..host.progress import say
 from ..image import imagecheck, steps
 from ..recipe import fixes, recipes
@@ -31,15 +32,6 @@ from ..recipe.derive import image_tags
 from ..recipe.recipes import LoadedRecipe
 from . import registry, supply
 
-STANDIN_LABEL = "cookbook.standin"
-NOT_WRITTEN_LABEL = "cookbook.fixes.not-written"
-# Set by `invoke build --allow-unwritten-fixes`: such an image may run, never be published.
-ALLOW_UNWRITTEN_LABEL = "cookbook.allow-unwritten-fixes"
-# The build's own verdict ("false" on every stand-in and every image with an unwritten fix); checked on
-# top of the reasons above, so an image built by a render that knows a reason this code does not is refused.
-PUBLISHABLE_LABEL = "cookbook.publishable"
-CONTENT_HASH_LABEL = "cookbook.content.hash"
-BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 MOVING = ("latest",)  # besides the vllm-gaudi version
 
 
@@ -62,27 +54,27 @@ def refusals(f: Facts, allow_standin: bool = False) -> list[str]:
     `allow_standin` is for the tests' loopback registry only; the task never sets it."""
     out = []
     labels = f.labels
-    standin = labels.get(STANDIN_LABEL) != "false"
+    standin = labels.get(Label.STANDIN) != "false"
     if standin and not allow_standin:
-        out.append(f"it is a stand-in image ({STANDIN_LABEL}={labels.get(STANDIN_LABEL, '<missing>')}): "
+        out.append(f"it is a stand-in image ({Label.STANDIN}={labels.get(Label.STANDIN, '<missing>')}): "
                    "stand-in images are never published as Gaudi images")
-    if labels.get(NOT_WRITTEN_LABEL):
-        out.append(f"its fixes are not all written ({NOT_WRITTEN_LABEL}: {labels[NOT_WRITTEN_LABEL]})")
-    if labels.get(ALLOW_UNWRITTEN_LABEL, "false") != "false":
-        out.append(f"it was built with --allow-unwritten-fixes ({ALLOW_UNWRITTEN_LABEL}="
-                   f"{labels[ALLOW_UNWRITTEN_LABEL]})")
-    if not out and labels.get(PUBLISHABLE_LABEL) != "true" and not (standin and allow_standin):
-        out.append(f"it says it may not be published ({PUBLISHABLE_LABEL}="
-                   f"{labels.get(PUBLISHABLE_LABEL, '<missing>')})")
-    if labels.get("cookbook.recipe") != f.recipe or labels.get("cookbook.recipe.hash") != f.recipe_hash:
+    if labels.get(Label.FIXES_NOT_WRITTEN):
+        out.append(f"its fixes are not all written ({Label.FIXES_NOT_WRITTEN}: {labels[Label.FIXES_NOT_WRITTEN]})")
+    if labels.get(Label.ALLOW_UNWRITTEN, "false") != "false":
+        out.append(f"it was built with --allow-unwritten-fixes ({Label.ALLOW_UNWRITTEN}="
+                   f"{labels[Label.ALLOW_UNWRITTEN]})")
+    if not out and labels.get(Label.PUBLISHABLE) != "true" and not (standin and allow_standin):
+        out.append(f"it says it may not be published ({Label.PUBLISHABLE}="
+                   f"{labels.get(Label.PUBLISHABLE, '<missing>')})")
+    if labels.get(Label.RECIPE) != f.recipe or labels.get(Label.RECIPE_HASH) != f.recipe_hash:
         out.append(f"it was built from another recipe or another version of {f.recipe} "
-                   f"(label {labels.get('cookbook.recipe')} {labels.get('cookbook.recipe.hash', '')[:12]}, "
+                   f"(label {labels.get(Label.RECIPE)} {labels.get(Label.RECIPE_HASH, '')[:12]}, "
                    f"recipe {f.recipe_hash[:12]}): build it again")
     if not f.recipe_base_digest:
-        out.append("the recipe does not pin its base by digest (base.digest): a published image must say "
-                   "exactly what it was built on")
-    elif not standin and labels.get(BASE_DIGEST_LABEL) != f.recipe_base_digest:
-        out.append(f"its {BASE_DIGEST_LABEL} label ({labels.get(BASE_DIGEST_LABEL, '<missing>')}) is not the "
+        out.append("the recipe does not pin its base by digest (base.digest, in its release file or its own "
+                   "base): a published image must say exactly what it was built on")
+    elif not standin and labels.get(OCI.BASE_DIGEST) != f.recipe_base_digest:
+        out.append(f"its {OCI.BASE_DIGEST} label ({labels.get(OCI.BASE_DIGEST, '<missing>')}) is not the "
                    f"recipe's base.digest {f.recipe_base_digest}")
     if f.remote_image_id and f.remote_image_id != f.image_id:
         out.append(f"{f.content_ref} already holds a different image ({f.remote_image_id[:19]}, this one "
@@ -114,9 +106,6 @@ def write_digest(done: Published, path: str) -> None:
     tmp.replace(out)
 
 
-REVISION_LABEL = "org.opencontainers.image.revision"
-
-
 def evidence_problems(report: dict, image_id: str, recipe_hash: str, suite: str, labels: dict[str, str],
                       allow_standin: bool = False) -> list[str]:
     """Whether a check run is evidence enough to publish IMAGE_ID: it names this image, this recipe
@@ -143,7 +132,7 @@ def evidence_problems(report: dict, image_id: str, recipe_hash: str, suite: str,
         out.append("checks not passed: " + ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
     if report.get("pytest_exit") != 0 or report.get("passed") is not True:
         out.append(f"the check run did not pass (pytest exit {report.get('pytest_exit')})")
-    for what, rev in (("image was built from", labels.get(REVISION_LABEL)),
+    for what, rev in (("image was built from", labels.get(OCI.REVISION)),
                       ("checks ran from", report.get("revision"))):
         if not rev or rev.endswith("-dirty"):
             out.append(f"the {what} {'an unknown' if not rev else 'an uncommitted (' + rev[:19] + ')'} checkout: "
@@ -152,7 +141,7 @@ def evidence_problems(report: dict, image_id: str, recipe_hash: str, suite: str,
 
 
 def publish(ref: str, target: str, *, image: str | None = None, standin: bool = False,
-            repo: str = steps.DEFAULT_REPO, dry_run: bool = False, sbom: bool = True,
+            repo: str = IMAGE_REPO, dry_run: bool = False, sbom: bool = True,
             allow_standin: bool = False, moving_tags: bool = True, digest_file: str | None = None
             ) -> Published | None:
     registry.split_target(target)  # a registry that is not one is refused before any work
@@ -206,7 +195,7 @@ def run_checks(loaded: LoadedRecipe, image_id: str, labels: dict[str, str]) -> d
     import docker.errors
 
     say(f"running the image checks on {image_id[:19]} before the push")
-    base = steps.base_for(loaded, labels.get(STANDIN_LABEL) != "false")
+    base = steps.base_for(loaded, labels.get(Label.STANDIN) != "false")
     try:
         return imagecheck.run(loaded, image_id, base).report
     except docker.errors.DockerException as exc:
@@ -297,9 +286,9 @@ def _attach(reg, loaded, image_id, labels, repository, pushed, creds, changed, r
 
 def content_tag_from(image: str, labels: dict[str, str], loaded, standin: bool) -> str:
     """`<release>-<content hash prefix>[-standin]`, from the resolved image's `cookbook.content.hash`."""
-    content = labels.get(CONTENT_HASH_LABEL)
+    content = labels.get(Label.CONTENT_HASH)
     if not content:
-        raise PublishError(f"{image} has no {CONTENT_HASH_LABEL} label: it was not built by `invoke build`",
+        raise PublishError(f"{image} has no {Label.CONTENT_HASH} label: it was not built by `invoke build`",
                            hint=f"invoke build --recipe {loaded.id}")
     return image_tags("r", loaded.id, loaded.recipe.base.vllm_gaudi.version, content,
                       "standin" if standin else "")[0].rsplit(":", 1)[1]
@@ -313,9 +302,9 @@ def content_tag_of(image: str, loaded, standin: bool, dry_run: bool) -> str:
         if not engine.image_exists(image):
             raise PublishError(f"no local image {image}", hint=f"build and check it first: invoke build --recipe "
                                f"{loaded.id}, then invoke test --recipe {loaded.id}")
-        content = (engine.inspect(image)["Config"].get("Labels") or {}).get(CONTENT_HASH_LABEL)
+        content = (engine.inspect(image)["Config"].get("Labels") or {}).get(Label.CONTENT_HASH)
         if not content:
-            raise PublishError(f"{image} has no {CONTENT_HASH_LABEL} label: it was not built by `invoke build`",
+            raise PublishError(f"{image} has no {Label.CONTENT_HASH} label: it was not built by `invoke build`",
                                hint=f"invoke build --recipe {loaded.id}")
     return image_tags("r", loaded.id, loaded.recipe.base.vllm_gaudi.version, content or "<sha256>",
                       "standin" if standin else "")[0].rsplit(":", 1)[1]

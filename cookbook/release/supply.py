@@ -18,12 +18,13 @@ from pathlib import Path
 
 from ..host import signals
 from ..host.errors import PublishError
+from ..host.names import OCI, PROJECT, Label
 from .registry import Credentials, plain_http
 
 SBOM_MEDIA_TYPE = "application/spdx+json"
 PROVENANCE_MEDIA_TYPE = "application/vnd.in-toto+json"
-ARTIFACT_TYPES = {"sbom": "application/vnd.gaudi-cookbook.sbom.v1",
-                  "prov": "application/vnd.gaudi-cookbook.provenance.v1"}
+ARTIFACT_TYPES = {"sbom": f"application/vnd.{PROJECT}.sbom.v1",
+                  "prov": f"application/vnd.{PROJECT}.provenance.v1"}
 SYFT_TIMEOUT_S = 600
 
 
@@ -65,28 +66,28 @@ def provenance(*, repository: str, manifest_digest: str, image_id: str, labels: 
         "predicateType": "https://slsa.dev/provenance/v1",
         "predicate": {
             "buildDefinition": {
-                "buildType": "gaudi-cookbook/invoke-build/v1",
-                "externalParameters": {"recipe": labels.get("cookbook.recipe"),
-                                       "recipe_sha256": labels.get("cookbook.recipe.hash")},
+                "buildType": f"{PROJECT}/invoke-build/v1",
+                "externalParameters": {"recipe": labels.get(Label.RECIPE),
+                                       "recipe_sha256": labels.get(Label.RECIPE_HASH)},
                 "internalParameters": {
-                    "fix_profile": labels.get("cookbook.fixes.profile"),
-                    "fixes": _split(labels.get("cookbook.fixes")),
-                    "fixes_not_written": _split(labels.get("cookbook.fixes.not-written")),
-                    "manifest_sha256": labels.get("cookbook.manifest.hash"),
-                    "standin": labels.get("cookbook.standin") == "true",
+                    "fix_profile": labels.get(Label.PROFILE),
+                    "fixes": _split(labels.get(Label.FIXES)),
+                    "fixes_not_written": _split(labels.get(Label.FIXES_NOT_WRITTEN)),
+                    "manifest_sha256": labels.get(Label.MANIFEST_HASH),
+                    "standin": labels.get(Label.STANDIN) == "true",
                 },
                 "resolvedDependencies": [
-                    {"name": "cookbook", "annotations": {"revision": labels.get("org.opencontainers.image.revision")}},
-                    {"name": labels.get("org.opencontainers.image.base.name"),
-                     "digest": _digest(labels.get("org.opencontainers.image.base.digest"))},
-                    {"name": "vllm-gaudi", "annotations": {"version": labels.get("cookbook.vllm-gaudi.version"),
-                                                           "commit": labels.get("cookbook.vllm-gaudi.commit")}},
-                    {"name": "vllm", "annotations": {"version": labels.get("cookbook.vllm.version"),
-                                                     "commit": labels.get("cookbook.vllm.commit")}},
+                    {"name": "cookbook", "annotations": {"revision": labels.get(OCI.REVISION)}},
+                    {"name": labels.get(OCI.BASE_NAME),
+                     "digest": _digest(labels.get(OCI.BASE_DIGEST))},
+                    {"name": "vllm-gaudi", "annotations": {"version": labels.get(Label.VLLM_GAUDI_VERSION),
+                                                           "commit": labels.get(Label.VLLM_GAUDI_COMMIT)}},
+                    {"name": "vllm", "annotations": {"version": labels.get(Label.VLLM_VERSION),
+                                                     "commit": labels.get(Label.VLLM_COMMIT)}},
                 ],
             },
             "runDetails": {
-                "builder": {"id": "gaudi-cookbook"},
+                "builder": {"id": PROJECT},
                 "metadata": {"image_id": image_id, "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                 # The checks publish ran on this image right before the push: the suite, the checkout that
                 # ran it, and every check with its outcome.
@@ -145,7 +146,7 @@ def attach(host: str, repository: str, subject_digest: str, subject_media_type: 
         client.push(target=f"{repository}:{tag}", files=[f"{path}:{media_type}"], subject=subject,
                     manifest_config=f"/dev/null:{ARTIFACT_TYPES[kind]}", disable_path_validation=True,
                     config_path=str(creds.authfile) if creds.authfile else None, quiet=True,
-                    manifest_annotations={"org.opencontainers.image.title": path.name})
+                    manifest_annotations={OCI.TITLE: path.name})
     except Exception as exc:  # oras raises requests' and its own errors alike
         raise PublishError(f"attaching {path.name} to {repository}@{subject_digest[:19]}: "
                            f"{creds.scrub(str(exc))[-400:]}") from None

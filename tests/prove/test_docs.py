@@ -435,12 +435,13 @@ def test_a_capacity_file_that_is_not_the_labs_is_a_clear_error(tmp_path, monkeyp
     bad.parent.mkdir()
     bad.write_text('{"pack": {}}')
     fake = type(loaded)(loaded.id, bad.parent / "recipe.yaml", loaded.recipe, loaded.chain, loaded.data, loaded.hash,
-                        loaded.profile)
+                        loaded.profile, loaded.release)
     with pytest.raises(RecipeError, match="not the capacity lab's figures"):
         docs.capacity(fake)
 
 
-CHECKOUT = ("cookbook", "recipes", "fixes", "docs", "dockerfiles", "tasks.py", "mkdocs.yml", "pyproject.toml")
+CHECKOUT = ("cookbook", "recipes", "releases", "fixes", "docs", "dockerfiles", "tasks.py", "mkdocs.yml",
+            "pyproject.toml")
 
 
 def checkout_copy(tmp_path) -> Path:

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from cookbook.host.errors import FixError
-from cookbook.host.paths import FIXES
-from cookbook.recipe import fixes
+from cookbook.host.paths import FIXES, RELEASES
+from cookbook.recipe import fixes, release
 
 REAL_ORDER = ["prompt-order", "sampling-rows-refresh", "structured-output-rows", "bad-words-index", "logitsprocs-rows",
               "async-discard-counter", "async-penalty-tokens", "resumed-prefill-logits", "hybrid-decode-pad",
@@ -32,14 +32,18 @@ def test_committed_pack_json_has_not_drifted():
     fixes.write_index(check=True)
 
 
-def test_drift_is_caught(tmp_path):
-    pack = tmp_path / "fixes"
+def test_drift_is_caught(tmp_path, monkeypatch):
+    """pack.json holds the release's pins too: a release file changed under it is drift."""
+    pack, releases = tmp_path / "fixes", tmp_path / "releases"
     shutil.copytree(FIXES / "profiles", pack / "profiles")
+    shutil.copytree(RELEASES, releases)
+    monkeypatch.setenv("COOKBOOK_RELEASES_DIR", str(releases))
     fixes.write_index(fixes_dir=pack)
     fixes.write_index(check=True, fixes_dir=pack)
-    profile = pack / "profiles" / "v0.26.0.yaml"
-    profile.write_text(profile.read_text().replace("gaudi_sw: 1.24.1", "gaudi_sw: 1.24.2"))
+    said = releases / "v0.26.0.yaml"
+    said.write_text(said.read_text().replace("gaudi_sw: 1.24.1", "gaudi_sw: 1.24.2"))
     fixes._load_profile.cache_clear()
+    release._load.cache_clear()
     with pytest.raises(FixError, match="out of date"):
         fixes.write_index(check=True, fixes_dir=pack)
 

@@ -13,6 +13,7 @@ import yaml
 
 from cookbook.host import engine
 from cookbook.host.errors import ManifestError, UsageError
+from cookbook.host.names import HF_CACHE_IN_IMAGE
 from cookbook.host.paths import ROOT
 from cookbook.image import steps
 from cookbook.recipe import recipes
@@ -96,7 +97,7 @@ def test_manifests_agree_with_the_image(built, facts, truth, mode):
     assert env["VLLM_SKIP_WARMUP"]["value"] == "false"  # the override given
     assert not (set(env) - {"HF_TOKEN", "VLLM_SKIP_WARMUP"}) & set(manifest["env"])  # the rest is in the image
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert mounts == {"model-cache": k8s.HF_CACHE, "dshm": "/dev/shm", "tmp": "/tmp"}  # docs/serving.md's list
+    assert mounts == {"model-cache": HF_CACHE_IN_IMAGE, "dshm": "/dev/shm", "tmp": "/tmp"}  # docs/serving.md's list
     vols = {v["name"]: v for v in (objects.get("deployment.yaml", {}).get("spec", {}).get("template", {})
                                     .get("spec") or objects["servingruntime.yaml"]["spec"])["volumes"]}
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory"} and vols["tmp"]["emptyDir"] == {}
@@ -353,7 +354,7 @@ def test_docker_run_options_follow_the_pod_spec():
     argv = k8s.docker_run_options(pod)
     assert {"--read-only", "--security-opt=no-new-privileges", "--cap-drop=ALL", "--cap-add=SYS_NICE"} <= set(argv)
     assert {"--tmpfs=/tmp:rw,exec,mode=1777", "--tmpfs=/dev/shm:rw,exec,mode=1777",
-            f"--volume=hf-model-cache:{k8s.HF_CACHE}"} <= set(argv)
+            f"--volume=hf-model-cache:{HF_CACHE_IN_IMAGE}"} <= set(argv)
     assert "--env=VLLM_CACHE_ROOT=/tmp/vllm-cache" in argv and not any("HF_TOKEN" in a for a in argv)
     pod["containers"][0]["securityContext"]["runAsUser"] = 1000  # no silent parting of the two
     with pytest.raises(ManifestError, match="runAsUser"):

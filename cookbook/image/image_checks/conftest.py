@@ -11,6 +11,8 @@ import uuid
 
 import pytest
 
+from cookbook.host.names import Label
+
 DOCKER = os.environ.get("COOKBOOK_DOCKER_CLI", "docker")
 OUTCOMES: list[dict] = []
 
@@ -94,7 +96,7 @@ def history(expect) -> list[str]:
 RUN_TIMEOUT_S = 120
 # `invoke test` names its run; every container a check starts carries it, so what a killed check leaves
 # behind is found by label (imagecheck.sweep) even when this process is gone.
-RUN_LABEL = "cookbook.check-run"
+RUN_LABEL = Label.CHECK_RUN
 
 
 def docker_run(image: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -103,7 +105,7 @@ def docker_run(image: str, *args: str, env: dict | None = None) -> subprocess.Co
     name = f"cookbook-check-{uuid.uuid4().hex[:12]}"
     run = os.environ.get("COOKBOOK_CHECK_RUN", "none")
     flags = [f"--env={k}={v}" for k, v in (env or {}).items()]
-    argv = [DOCKER, "run", "--rm", "--name", name, "--label", "cookbook.container=image-check",
+    argv = [DOCKER, "run", "--rm", "--name", name, "--label", f"{Label.CONTAINER}=image-check",
             "--label", f"{RUN_LABEL}={run}", "--network", "none", *flags, image, *args]
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)

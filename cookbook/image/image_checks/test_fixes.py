@@ -2,6 +2,8 @@
 
 import json
 
+from cookbook.host.names import Label
+
 
 def test_fix_record_matches_recipe(host, expect):
     record = json.loads(host.file(expect["paths"]["record"]).content_string)
@@ -17,4 +19,4 @@ def test_fixed_sources_match_their_record(host, expect):
 
 def test_fix_labels_match_record(host, labels, expect):
     record = json.loads(host.file(expect["paths"]["record"]).content_string)
-    assert labels.get("cookbook.fixes", "") == ",".join(record["fixes"])
+    assert labels.get(Label.FIXES, "") == ",".join(record["fixes"])

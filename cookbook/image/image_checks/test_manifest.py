@@ -4,6 +4,7 @@ an image that may not be published says so."""
 
 import pytest
 
+from cookbook.host.names import OCI, Label
 from cookbook.recipe.fixes import fixplan
 
 
@@ -18,14 +19,14 @@ def test_manifest_is_the_rendered_one(shipped, expect):
 
 
 def test_manifest_hash_label_is_the_shipped_file(shipped, labels):
-    assert labels.get("cookbook.manifest.hash") == fixplan.sha256_bytes(shipped)
+    assert labels.get(Label.MANIFEST_HASH) == fixplan.sha256_bytes(shipped)
 
 
 def test_content_hash_label(labels, expect):
-    assert labels.get("cookbook.content.hash") == expect["content_hash"]
-    assert labels.get("org.opencontainers.image.version", "").split("-")[1] == expect["content_hash"][:8]
+    assert labels.get(Label.CONTENT_HASH) == expect["content_hash"]
+    assert labels.get(OCI.VERSION, "").split("-")[1] == expect["content_hash"][:8]
 
 
 def test_never_published_when_it_must_not_be(labels, expect):
     unpublishable = expect["standin"] or bool(expect["not_written"])
-    assert labels.get("cookbook.publishable") == ("false" if unpublishable else "true")
+    assert labels.get(Label.PUBLISHABLE) == ("false" if unpublishable else "true")

@@ -5,10 +5,12 @@ import re
 
 import pytest
 
+from cookbook.host.names import HF_CACHE_IN_IMAGE
+
 SECRET_NAMES = re.compile(r"(HF_TOKEN|HUGGING_?FACE(_HUB)?_TOKEN|_PASSWORD|_SECRET|_API_KEY|DOCKER_AUTH_CONFIG"
                           r"|REGISTRY_AUTH|_CREDENTIALS?)$", re.I)
 SECRET_VALUES = re.compile(r"hf_[A-Za-z0-9]{20,}|\"auths\"\s*:|ghp_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}")
-CREDENTIAL_FILES = ["/root/.cache/huggingface/token", "/root/.huggingface/token", "/root/.docker/config.json",
+CREDENTIAL_FILES = [f"{HF_CACHE_IN_IMAGE}/token", "/root/.huggingface/token", "/root/.docker/config.json",
                     "/root/.git-credentials", "/root/.netrc"]
 
 
