@@ -167,6 +167,16 @@ def build_recipe(ref: str, use_standin: bool = False, tag: list[str] | None = No
     return built
 
 
+def test_image(ref: str, image: str | None, use_standin: bool, repo: str, dry_run: bool = False) -> None:
+    """`invoke test`: the image checks on `image` (default the recipe's moving tag), evidence written, then
+    the verdict (imagecheck.verdict)."""
+    from . import imagecheck
+
+    loaded = recipes.load(ref)
+    image = image or moving_tag(loaded, repo, use_standin)
+    imagecheck.verdict(imagecheck.run(loaded, image, base_for(loaded, use_standin), dry_run=dry_run), image)
+
+
 def fetch_upstream(ref: str, source: str | None = None, wheel: str | None = None, dry_run: bool = False) -> None:
     loaded = recipes.load(ref)
     pins = upstream.pins_for(loaded.recipe.base)
