@@ -22,10 +22,7 @@ def recipes(c):
     """List the recipes: id, model, hardware, fixes."""
     from cookbook.recipe import recipes as r
 
-    for loaded in r.load_all():
-        rec = loaded.recipe
-        print(f"{loaded.id:20} {rec.model.id:28} {rec.hardware.cards}x {rec.hardware.accelerator:7} "
-              f"{rec.base.vllm_gaudi.version}  opt-in: {', '.join(rec.fixes.opt_in) or '-'}")
+    r.list_all()
 
 
 @task(help={"recipe": "recipe id or path; all recipes when omitted"})
@@ -33,17 +30,11 @@ def validate(c, recipe=None):
     """Validate recipes: schema, `extends`, and every rule."""
     from cookbook.image import steps
     from cookbook.prove import smoke
-    from cookbook.recipe import recipes as r
 
-    loaded = [r.load(recipe)] if recipe else r.load_all()
-    for item in loaded:
-        smoke.check_names(item)
-        print(f"ok  {item.id}  ({item.rel_path}, sha256 {item.hash[:12]})")
-        for line in steps.unwritten_note(item):
-            print(line)
+    steps.validate(recipe, smoke.check_names)
 
 
-@task(help={"recipe": "recipe id or path", "out": "context folder (default build/<id>[-standin])",
+@task(help={"out": "context folder (default build/<id>[-standin])",
             "standin": "render FROM the offline stand-in base", "dry_run": "list the files, write nothing"})
 def render(c, recipe=DEFAULT_RECIPE, out=None, standin=False, dry_run=False):
     """Render a recipe into a self-contained build context."""
@@ -52,9 +43,7 @@ def render(c, recipe=DEFAULT_RECIPE, out=None, standin=False, dry_run=False):
     steps.render_recipe(recipe, out, standin, dry_run)
 
 
-@task(iterable=["tag"],
-      help={"recipe": "recipe id or path", "standin": "build on the offline stand-in base",
-            "tag": "an extra tag (repeatable)", "repo": "image repository prefix",
+@task(help={"standin": "build on the offline stand-in base",
             "allow_unwritten_fixes": "development only: build on the real base although some selected fixes are "
                                      "not written; every tag says -unwritten and the image is never published",
             "dry_run": "print the commands, run nothing"})
@@ -71,10 +60,8 @@ def build(c, recipe=DEFAULT_RECIPE, standin=False, tag=None, repo="gaudi-cookboo
 def standin_(c, recipe=DEFAULT_RECIPE, rebuild=False, dry_run=False):
     """Build the offline stand-in base image (Debian rootfs + the release's Python files)."""
     from cookbook.image import steps
-    from cookbook.recipe import recipes as r
 
-    base = steps.ensure_standin(r.load(recipe), dry_run=dry_run, rebuild=rebuild)
-    print(base.image)
+    steps.standin_task(recipe, rebuild, dry_run)
 
 
 @task(name="fetch", help={"from_": "git URL or local mirror/clone of vllm-project/vllm-gaudi (default GitHub)",
@@ -123,11 +110,8 @@ def fixes_verify(c, profile="v0.26.0", base=None, site=None, dry_run=False):
     fix_verify.task(profile, base, site, dry_run)
 
 
-@task(iterable=["lab_fix"],
-      help={"base": "the base image whose own target files the candidate is made for (read, never run)",
-            "profile": "fix profile", "site": "the base's site-packages folder (default: found in the image)",
+@task(help={"base": "the base image whose own target files the candidate is made for (read, never run)",
             "no_lab": "skip the fix lab on the candidate (it takes 10+ minutes)",
-            "lab_fix": "run the lab for this fix only (repeatable; default: every written fix and the pack)",
             "keep": "lay the lab's trees out here and keep them", "dry_run": "print what it would do"})
 def fixes_rebase(c, base, profile="v0.26.0", site=None, no_lab=False, lab_fix=None, keep=None, dry_run=False):
     """A candidate pack re-anchored on a base's own files, proved in the lab; fixes/ is never written."""
@@ -136,10 +120,9 @@ def fixes_rebase(c, base, profile="v0.26.0", site=None, no_lab=False, lab_fix=No
     fix_rebase.task(base, profile, site, not no_lab, lab_fix or None, cli.READ["keep"](keep), dry_run)
 
 
-@task(iterable=["requires"],
-      help={"name": "the fix's name (it must be in the profile's order)", "edited": "edited copy of the package",
-            "package": "vllm_gaudi or vllm", "profile": "fix profile", "title": "one line", "why": "the symptom",
-            "how": "the mechanism", "requires": "a fix this one needs (repeatable)", "dry_run": "print, write nothing"})
+@task(help={"name": "the fix's name (it must be in the profile's order)", "edited": "edited copy of the package",
+            "package": "vllm_gaudi or vllm", "title": "one line", "why": "the symptom",
+            "how": "the mechanism", "dry_run": "print, write nothing"})
 def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="TODO", why="TODO", how="TODO",
               requires=None, dry_run=False):
     """Scaffold a fix from an edited copy of a package: the diff against pristine, hashes filled in."""
@@ -151,13 +134,10 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="T
                     dry_run=dry_run)
 
 
-@task(iterable=["fix"],
-      help={"fix": "only this fix (repeatable; default: every written fix)",
-            "keep": "lay the trees out here and keep them",
-            "upstream": ("also run all of vllm-gaudi's own unit tests on the patched tree, but those "
+@task(help={"upstream": ("also run all of vllm-gaudi's own unit tests on the patched tree, but those "
                          "tests/lab/upstream-excluded.txt names"),
             "alone": "also run each fix's tests on a tree with that fix alone (and what it requires)",
-            "profile": "fix profile", "dry_run": "print what would run"})
+            "dry_run": "print what would run"})
 def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile="v0.26.0", dry_run=False):
     """Prove the fixes on CPU: each fix's lab tests fail on the pristine tree and pass on the patched one."""
     from cookbook.fixpack import fix_lab
@@ -165,10 +145,8 @@ def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile="v0.2
     fix_lab.lab_task(fix or None, cli.READ["keep"](keep), upstream, profile, dry_run=dry_run, alone=alone)
 
 
-@task(help={"keep": "lay the trees out here and keep them",
-            "workload": "the counter's workload: sampling (the guard's) or greedy",
-            "no_prefix_caching": "serve with prefix caching off", "sync_scheduling": "serve with async scheduling off",
-            "profile": "fix profile"})
+@task(help={"workload": "the counter's workload: sampling (the guard's) or greedy",
+            "no_prefix_caching": "serve with prefix caching off", "sync_scheduling": "serve with async scheduling off"})
 def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_scheduling=False, profile="v0.26.0"):
     """What the pack costs on the hot path: host syncs per steady decode step, pristine against patched."""
     from cookbook.fixpack import fix_lab
@@ -187,8 +165,7 @@ def fixes_drift(c, to, from_=None, vllm=None, profile="v0.26.0", out=None, dry_r
     fix_drift.task(to, profile, from_, vllm, cli.READ["out"](out), dry_run=dry_run)
 
 
-@task(help={"recipe": "recipe id or path", "profile": "fix profile",
-            "check": "write nothing; fail if capacity.json differs from a fresh run",
+@task(help={"check": "write nothing; fail if capacity.json differs from a fresh run",
             "dry_run": "print what it would run and write"})
 def fixes_capacity(c, recipe="qwen3.5-27b-fp8", profile="v0.26.0", check=False, dry_run=False):
     """The recipe's capacity at its own geometry (vLLM's scheduler, no model), stock and with the pack."""
@@ -202,8 +179,8 @@ ns.add_collection(Collection("fixes", index=fixes_index, list=fixes_list, verify
                              capacity=fixes_capacity))
 
 
-@task(help={"recipe": "recipe id or path", "image": "image to check (default: the recipe's moving tag)",
-            "standin": "the image was built on the stand-in base", "repo": "image repository prefix",
+@task(help={"image": "image to check (default: the recipe's moving tag)",
+            "standin": "the image was built on the stand-in base",
             "dry_run": "print the commands"})
 def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbook", dry_run=False):
     """Check an image with pytest-testinfra before any smoke run; writes the evidence file."""
@@ -215,8 +192,7 @@ def test(c, recipe=DEFAULT_RECIPE, image=None, standin=False, repo="gaudi-cookbo
 ns.add_task(test)
 
 
-@task(iterable=["env"],
-      help={"recipe": "recipe id or path", "image": "the image to run, pinned: NAME@sha256:DIGEST",
+@task(help={"image": "the image to run, pinned: NAME@sha256:DIGEST",
             "local": "a local tag of that image to read its labels and manifest from (default: --image)",
             "replicas": "replicas, one Gaudi host each (default 1)",
             "kserve": "a KServe ServingRuntime + InferenceService",
@@ -235,8 +211,8 @@ def k8s(c, recipe=DEFAULT_RECIPE, image=None, local=None, replicas=None, kserve=
 ns.add_task(k8s)
 
 
-@task(help={"recipe": "recipe id or path", "image": "the image to serve (default: the recipe's exact tag)",
-            "repo": "image repository prefix", "record": "save what the host said into DIR/readings.json",
+@task(help={"image": "the image to serve (default: the recipe's exact tag)",
+            "record": "save what the host said into DIR/readings.json",
             "readings": "judge a saved readings.json instead of this host", "dry_run": "print what it would read"})
 def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo="gaudi-cookbook", record=None, readings=None, dry_run=False):
     """Can this host serve the recipe? Habana runtime, driver, firmware, cards, memory, cache, port, image."""
@@ -248,7 +224,7 @@ def doctor(c, recipe=DEFAULT_RECIPE, image=None, repo="gaudi-cookbook", record=N
 ns.add_task(doctor)
 
 
-@task(help={"recipe": "recipe id or path", "registry": "HOST[:PORT][/NAMESPACE] to push to (required)",
+@task(help={"registry": "HOST[:PORT][/NAMESPACE] to push to (required)",
             "image": "local image to publish, by name or id (default: the recipe's moving tag)",
             "standin": "look for the stand-in build (it is refused: stand-ins are never published)",
             "repo": "local image repository prefix", "sbom": "attach the SBOM and provenance (default on)",
@@ -262,12 +238,8 @@ def publish(c, registry=None, recipe=DEFAULT_RECIPE, image=None, standin=False, 
 
     Credentials: COOKBOOK_REGISTRY_USER and COOKBOOK_REGISTRY_PASSWORD, else the Docker config; never printed.
     """
-    from cookbook.host.errors import UsageError
     from cookbook.release import publish as p
 
-    if not registry:
-        raise UsageError("invoke publish needs --registry HOST[:PORT][/NAMESPACE]",
-                         hint="e.g. invoke publish --recipe qwen3.5-27b-fp8 --registry ghcr.io/my-org")
     p.publish(recipe, registry, image=image, standin=standin, repo=repo, dry_run=dry_run, sbom=sbom,
               moving_tags=not no_moving_tags, digest_file=digest_file)
 
@@ -279,13 +251,9 @@ ns.add_task(publish)
             "site": "also build the static site (mkdocs) into this folder", "dry_run": "print, write nothing"})
 def docs(c, check=False, site=None, dry_run=False):
     """Generate the recipe pages and the indexes of recipes and fixes under docs/ (--site DIR: mkdocs too)."""
-    from pathlib import Path
-
     from cookbook.prove import docs as d
 
-    d.write(check=check, dry_run=dry_run)
-    if site:
-        d.build_site(Path(site), dry_run=dry_run)
+    d.task(**cli.given(c, locals()))
 
 
 ns.add_task(docs)

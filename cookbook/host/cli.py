@@ -13,6 +13,7 @@ import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import invoke
 
@@ -147,8 +148,6 @@ def parse_env(items: list[str] | None) -> dict[str, str | None]:
 
 
 def _path(value):
-    from pathlib import Path
-
     return Path(value) if value else None
 
 
@@ -160,7 +159,8 @@ READ = {
     "repeats": lambda v: number(v, "--repeats"),
     "env": parse_env,
     "runtime": lambda v: v or None,  # '': Docker's default runtime
-    **{name: _path for name in ("out", "keep", "log_dir", "results", "record", "readings")},
+    **{name: _path for name in ("out", "keep", "results", "record", "readings")},  # '': the default folder
+    "log_dir": Path,  # always given ('': here)
 }
 
 

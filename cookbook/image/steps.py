@@ -123,6 +123,21 @@ def ensure_standin(loaded: LoadedRecipe, dry_run: bool = False, rebuild: bool = 
     return standin.ensure(upstream.pins_for(loaded.recipe.base), dry_run=dry_run, rebuild=rebuild)
 
 
+def standin_task(ref: str, rebuild: bool = False, dry_run: bool = False) -> None:
+    """`invoke standin`: the recipe's stand-in base made (or found), its image printed."""
+    print(ensure_standin(recipes.load(ref), dry_run=dry_run, rebuild=rebuild).image)
+
+
+def validate(ref: str | None, check_names) -> None:
+    """`invoke validate`: the recipe (every recipe without `ref`) loaded and checked, `check_names` (the smoke
+    checks', from the prove stage) included; and what a build would say of its unwritten fixes."""
+    for loaded in [recipes.load(ref)] if ref else recipes.load_all():
+        check_names(loaded)
+        print(f"ok  {loaded.id}  ({loaded.rel_path}, sha256 {loaded.hash[:12]})")
+        for line in unwritten_note(loaded):
+            print(line)
+
+
 def build_recipe(ref: str, use_standin: bool = False, tag: list[str] | None = None, repo: str = DEFAULT_REPO,
                  dry_run: bool = False, allow_unwritten: bool = False) -> build.Built | None:
     loaded = recipes.load(ref)
