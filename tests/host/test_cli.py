@@ -94,6 +94,24 @@ def test_a_shared_option_has_one_default():
     assert {k: v for k, v in defaults.items() if len(v) > 1} == {}
 
 
+def test_the_chain_options_are_the_tasks_read_once():
+    """chain.Options takes the chain task's options by their names, read by cli.given; its defaults are the
+    task's."""
+    import inspect
+
+    import tasks
+    from cookbook import chain
+
+    class Context:
+        remainder = ""
+
+    c = Context()
+    defaults = {p.name: p.default for p in inspect.signature(tasks.chain.body).parameters.values()
+                if p.name not in ("c", "recipe", "dry_run")}
+    got = cli.given(c, defaults)
+    assert chain.Options(**{**got, "skip": chain.check_skip(got["skip"])}) == chain.Options()
+
+
 # The one place that raises invoke's Exit is cli.edge. Calls are found with ast, so the console-script text
 # standin.py and cpubase.py write into images (`sys.exit(main())` in a string) is not one. fixes/apply_all.py
 # runs inside the image at build time, stdlib only (no invoke, no cookbook): it keeps its own `sys.exit`
