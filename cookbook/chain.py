@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .host import outdir, signals
-from .host.errors import CheckFailure, CookbookError, UsageError
+from .host.errors import ChainStopped, CookbookError, UsageError
 from .host.names import HF_CACHE_HOST, IMAGE_REPO
 from .host.paths import ROOT, fixes_dir
 from .host.progress import say
@@ -76,12 +76,12 @@ class Options:
     repo: str = IMAGE_REPO
     hf_cache: str | None = HF_CACHE_HOST
     env: dict = field(default_factory=dict)
-    options: tuple[str, ...] = ()
-    timeout_s: float = 1800.0
+    option: tuple[str, ...] = ()  # extra `docker run` options
+    timeout: float = 1800.0
     scale: float = 1.0
     repeats: int = 3
     out: Path | None = None  # default build/verify/<id>
-    results_root: Path | None = None  # default results/
+    results: Path | None = None  # default results/
     args: tuple[str, ...] = ()  # after the image: appended to the recipe's vLLM flags
     skip: tuple[str, ...] = ()  # of SKIPPABLE
     port: int | None = None  # host port (default the recipe's image.port)
@@ -114,10 +114,10 @@ def asked(opts: Options, step: str) -> dict:
     from .recipe import fixes
 
     env = fixes.fixplan.sha256_bytes(json.dumps(sorted(opts.env.items())).encode())[:16] if opts.env else None
-    server = {"runtime": opts.runtime, "args": list(opts.args), "options": list(opts.options), "env": env}
+    server = {"runtime": opts.runtime, "args": list(opts.args), "options": list(opts.option), "env": env}
     smoke = {**server, "smoke_only": sorted(opts.smoke_only)}
     bench = {**server, "bench_only": sorted(opts.bench_only), "scale": opts.scale, "repeats": opts.repeats}
-    pages = {**smoke, **bench, "results": str(opts.results_root.absolute()) if opts.results_root else "results/"}
+    pages = {**smoke, **bench, "results": str(opts.results.absolute()) if opts.results else "results/"}
     return {"smoke": smoke, "bench": bench, "results": pages, "docs": pages}.get(step, {})
 
 
@@ -204,9 +204,8 @@ def _logged(out: Path, step: str) -> Iterator[None]:
         yield
 
 
-def host_blockers(checks: list, fail: str) -> list[str]:
-    """The doctor's failed checks but the image one: the chain builds and checks the image next."""
-    return [c.name for c in checks if c.status == fail and c.name != "image"]
+# The doctor's checks the chain does not wait on: it builds and checks the image next.
+BUILT_NEXT = ("image",)
 
 
 def check_skip(skip: list[str] | None) -> tuple[str, ...]:
@@ -232,7 +231,7 @@ def check_out(out: Path, loaded: LoadedRecipe) -> None:
                          hint=f"remove it, or give another --out than {out}")
 
 
-def dry_run(loaded: LoadedRecipe, opts: Options) -> None:
+def plan(loaded: LoadedRecipe, opts: Options) -> None:
     """The steps, with the base the pack is checked against, the container smoke and bench run against,
     and what an earlier run left (state.json)."""
     from .image import render, steps
@@ -323,7 +322,7 @@ class Chain:
     def root(self) -> Path:
         from .prove import results
 
-        return self.opts.results_root or results.RESULTS
+        return self.opts.results or results.RESULTS
 
     def step(self, name: str, work: Callable[[], str | None]) -> bool:
         self.claim()
@@ -369,9 +368,7 @@ class Chain:
             return "skipped: Docker's default runtime (a CPU run) has no Gaudi to check"
         image = steps.moving_tag(self.loaded, self.opts.repo, False)
         checks = doctor.run(self.loaded, image, record=self.out / "doctor")  # no Gaudi at all: HostError
-        failed = host_blockers(checks, doctor.FAIL)
-        if failed:
-            raise CheckFailure(f"this host cannot serve {self.loaded.id} yet: {', '.join(failed)}")
+        doctor.require_ready(self.loaded, checks, but=BUILT_NEXT)
         return "host ready (image: built and checked next)"
 
     def base(self) -> str:
@@ -389,8 +386,7 @@ class Chain:
         report = fix_base.verify_base(ref, self.loaded.recipe.fixes.profile, out=self.out / "base")
         for line in fix_base.describe(report):
             print(line)
-        if report.code:
-            raise CheckFailure(fix_base.failure(report))
+        report.require()
         return f"the pack applies as recorded to {ref}"
 
     def build(self) -> str:
@@ -404,8 +400,7 @@ class Chain:
         from .image import imagecheck, steps
 
         result = imagecheck.run(self.loaded, self.image_id, steps.base_for(self.loaded, False))
-        if not result.passed:
-            raise CheckFailure(f"image checks failed; evidence in {result.evidence}")
+        imagecheck.verdict(result, self.image_id)
         return f"evidence {result.evidence}"
 
     def weights(self) -> str:
@@ -418,7 +413,7 @@ class Chain:
 
         o = self.opts
         return serve.spec_for(self.loaded, image=self.image_id, runtime=o.runtime, hf_cache=o.hf_cache, env=o.env,
-                              options=o.options, args=o.args, port=o.port,
+                              options=o.option, args=o.args, port=o.port,
                               name=o.name or f"cookbook-verify-{self.loaded.id}", role="smoke")
 
     def smoke(self, running) -> str:
@@ -426,10 +421,7 @@ class Chain:
 
         result = smoke.task(str(self.loaded.path), running.url, None, self.out / "smoke", self.opts.smoke_only, False,
                             image=self.image_id, image_id=running.image_id, log_path=running.log_path,
-                            args=self.opts.args)
-        bad = [r["name"] for r in result.rows if r["status"] == "failed"]
-        if bad:
-            raise CheckFailure(f"smoke checks failed: {', '.join(bad)}")
+                            args=self.opts.args)  # SmokeFailure when a check failed
         return f"{len(result.rows)} checks"
 
     def bench(self, running) -> str:
@@ -509,7 +501,7 @@ def run(loaded: LoadedRecipe, opts: Options) -> Chain:
     if serving and go:
         say(f"step {STEPS.index('serve') + 1}/{len(STEPS)}: serve")
         try:
-            with serve.container(c.spec(), c.out / "server.log", opts.timeout_s) as r:
+            with serve.container(c.spec(), c.out / "server.log", opts.timeout) as r:
                 c.outcomes.append(Outcome("serve", PASSED, f"{r.url}, log {c.out / 'server.log'}"))
                 go = c.step("smoke", lambda: c.smoke(r)) and c.step("bench", lambda: c.bench(r))
         except CookbookError as exc:
@@ -532,6 +524,22 @@ def run(loaded: LoadedRecipe, opts: Options) -> Chain:
         except KeyboardInterrupt:
             pass
     return c
+
+
+def task(recipe: str, dry_run: bool = False, **given) -> None:
+    """`invoke chain`: `given` holds the task's options, read (cookbook/host/cli.given), under Options' names;
+    the summary, then the verdict (ChainStopped, exit 1) when a step failed."""
+    from .recipe import recipes
+
+    loaded = recipes.load(recipe)
+    opts = Options(**{**given, "skip": check_skip(given.get("skip"))})
+    if dry_run:
+        plan(loaded, opts)
+        return
+    done = run(loaded, opts)
+    print("\n".join(report(done)))
+    if not ok(done.outcomes):
+        raise ChainStopped(f"the chain stopped; every step's output is in {done.out}")
 
 
 def report(c: Chain) -> list[str]:

@@ -49,7 +49,7 @@ QUICK = chain.Options(scale=0.01, repeats=1, smoke_only=("health",), bench_only=
     (chain.Options(args=("--enforce-eager",)), chain.Options(), "smoke", False),  # extra vLLM flags
     (chain.Options(runtime=None), chain.Options(), "bench", False),              # a CPU proof run, then a Gaudi one
     (chain.Options(env={"X": "1"}), chain.Options(env={"X": "2"}), "smoke", False),
-    (chain.Options(results_root=Path("/tmp/r")), chain.Options(), "results", False),
+    (chain.Options(results=Path("/tmp/r")), chain.Options(), "results", False),
     (QUICK, chain.Options(), "docs", False),
     (QUICK, chain.Options(), "test", True),                                      # the image checks ask nothing
 ])
@@ -211,7 +211,7 @@ def test_a_quick_run_leaves_files_that_a_full_chain_does_not_take(tmp_path):
 def test_a_truncated_or_missing_result_is_one_clear_line_and_a_summary(tmp_path):
     from .prove.test_docs import write_bench, write_smoke
 
-    opts = chain.Options(out=tmp_path / "v", results_root=tmp_path / "r")
+    opts = chain.Options(out=tmp_path / "v", results=tmp_path / "r")
     (tmp_path / "v").mkdir()
     (tmp_path / "v" / ".cookbook-verify").write_text("")  # the chain's own folder
     write_smoke(tmp_path / "v" / "smoke", gaudi_target(), [("known-answers", "passed", "8/8 (run)")])
@@ -489,7 +489,7 @@ def test_only_the_image_check_of_the_doctor_waits_for_the_build(failed, blockers
 
     names = ["runtime", "driver", "cards", "memory", "image"]
     checks = [doctor.Check(n, doctor.FAIL if n in failed else doctor.OK, "") for n in names]
-    assert chain.host_blockers(checks, doctor.FAIL) == blockers
+    assert doctor.blockers(checks, but=chain.BUILT_NEXT) == blockers
 
 
 @pytest.mark.parametrize("skip, ok", [
@@ -621,7 +621,7 @@ def test_cpu_figures_of_a_gaudi_recipe_never_go_where_the_pages_read(tmp_path, m
     assert "qwen3.5-27b-fp8/smoke.json: measured on a CPU (target.hardware: cpu); qwen3.5-27b-fp8 is a Gaudi 2 " \
            "recipe" in c.outcomes[-1].detail
     assert not (tmp_path / "results").exists()
-    own = chain.Chain(loaded(), chain.Options(out=out, results_root=tmp_path / "mine"))
+    own = chain.Chain(loaded(), chain.Options(out=out, results=tmp_path / "mine"))
     assert own.step("results", own.results) and (tmp_path / "mine" / "qwen3.5-27b-fp8" / "bench.json").is_file()
 
 
@@ -676,7 +676,7 @@ def test_the_results_copy_replaces_a_link_never_writes_through_it(tmp_path):
     outside.write_text("keep me\n")
     (res / "qwen3.5-27b-fp8").mkdir(parents=True)
     (res / "qwen3.5-27b-fp8" / "smoke.json").symlink_to(outside)
-    c = chain.Chain(loaded(), chain.Options(out=out, results_root=res))
+    c = chain.Chain(loaded(), chain.Options(out=out, results=res))
     assert c.step("results", c.results), c.outcomes[-1]
     copy = res / "qwen3.5-27b-fp8" / "smoke.json"
     assert not copy.is_symlink() and copy.read_bytes() == (out / "smoke" / "smoke.json").read_bytes()
@@ -686,7 +686,7 @@ def test_the_results_copy_replaces_a_link_never_writes_through_it(tmp_path):
     elsewhere.mkdir()
     shutil.rmtree(res / "qwen3.5-27b-fp8")
     (res / "qwen3.5-27b-fp8").symlink_to(elsewhere)
-    c = chain.Chain(loaded(), chain.Options(out=out, results_root=res))
+    c = chain.Chain(loaded(), chain.Options(out=out, results=res))
     assert not c.step("results", c.results) and "is a symlink" in c.outcomes[-1].detail
     assert list(elsewhere.iterdir()) == []
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..host import engine, outdir, signals
-from ..host.errors import FAILED, PACK_DIFFERS, EngineError, UpstreamError, UsageError, printable
+from ..host.errors import PACK_DIFFERS, EngineError, PackDiffers, PackFailure, UpstreamError, UsageError, printable
 from ..host.names import Label
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
@@ -83,13 +83,15 @@ def classify(files: list[FileState], patched: str, said: str = "") -> tuple[str,
     return MATCHES, ""
 
 
-def exit_code(verdicts: list[str]) -> int:
-    """0 only when the pack applies as recorded; a fix not written yet does not count."""
+def error_class(verdicts: list[str]) -> type[PackFailure] | None:
+    """None only when the pack applies as recorded (a fix not written yet does not count); else what the
+    run raises: PackFailure (exit 1) when a fix does not apply, PackDiffers (exit 4) when it applies to files
+    that are not the pristine ones."""
     if NO_APPLY in verdicts:
-        return FAILED
+        return PackFailure
     if DIFFERS in verdicts:
-        return EXIT_DIFFERS
-    return 0
+        return PackDiffers
+    return None
 
 
 def site_candidates(env: list[str] | None, recipe_sites: list[str]) -> list[str]:
@@ -194,9 +196,11 @@ class Report:
     verdicts: list[Verdict]
     out: Path
 
-    @property
-    def code(self) -> int:
-        return exit_code([v.verdict for v in self.verdicts])
+    def require(self) -> None:
+        """Raise the run's verdict (`failure`'s words) unless the pack applies as recorded."""
+        error = error_class([v.verdict for v in self.verdicts])
+        if error:
+            raise error(failure(self))
 
 
 def check_base_ref(image: str) -> None:
@@ -385,8 +389,18 @@ def describe(report: Report) -> list[str]:
     return lines
 
 
+def task(image: str, profile_name: str, site: str | None = None, dry_run: bool = False) -> None:
+    """`invoke fixes.verify --base IMAGE`: the report fix by fix, then the verdict (Report.require)."""
+    report = verify_base(image, profile_name, site, dry_run=dry_run)
+    if report is None:
+        return
+    for line in describe(report):
+        print(line)
+    report.require()
+
+
 def failure(report: Report) -> str:
-    """The last line of a run that did not exit 0."""
+    """The words of a run's verdict when the pack does not apply as recorded."""
     bad = [v.fix for v in report.verdicts if v.verdict == NO_APPLY]
     if bad:
         return f"{len(bad)} fix(es) do not apply to {report.image}: {', '.join(bad)}"

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..host import upstream
-from ..host.errors import UpstreamError, UsageError, printable
+from ..host.errors import PackFailure, UpstreamError, UsageError, printable
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
@@ -395,3 +395,11 @@ def run(ref: str, profile_name: str | None = None, source: str | None = None, vl
     print(markdown(report), end="")
     say(f"report in {out}")
     return report
+
+
+def task(ref: str, profile_name: str, source: str | None, vllm: str | None, out: Path | None,
+         dry_run: bool = False) -> None:
+    """`invoke fixes.drift`: `run`, then the verdict (PackFailure, exit 1) when the pack does not port."""
+    report = run(ref, profile_name, source, vllm, out, dry_run=dry_run)
+    if report is not None and not report.ports:
+        raise PackFailure(f"the pack does not port to {ref} as is (the rows above)")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..host import paths, signals, upstream
-from ..host.errors import CookbookError, UsageError
+from ..host.errors import CookbookError, PackFailure, UsageError
 from ..host.names import Label
 from ..host.paths import FIXES, ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
@@ -659,6 +659,30 @@ def cost(keep: Path | None = None, args: tuple[str, ...] = COST_ARGS, profile_na
             say(f"fix lab: counting host syncs per steady decode step on the {kind} tree")
             figures[kind] = host_syncs(tree, args)
     return Cost(figures["pristine"], figures["patched"], declared_host_syncs(profile_name, fixes_dir))
+
+
+def lab_task(only: list[str] | None, keep: Path | None, with_upstream: bool, profile_name: str | None,
+             dry_run: bool = False, alone: bool = False) -> None:
+    """`invoke fixes.lab`: the lab, its report, then the verdict (PackFailure, exit 1)."""
+    report = lab(only, keep, with_upstream, profile_name, dry_run=dry_run, alone=alone)
+    if report is None:
+        return
+    for line in describe(report):
+        print(line)
+    if not report.ok:
+        raise PackFailure("the fix lab found problems (above)")
+
+
+def cost_task(keep: Path | None, workload: str, no_prefix_caching: bool, sync_scheduling: bool,
+              profile_name: str | None) -> None:
+    """`invoke fixes.cost`: the counter's flags from the task's options, the table, then the verdict."""
+    args = ("--workload", workload) + (("--no-prefix-caching",) if no_prefix_caching else ()) + (
+        ("--sync-scheduling",) if sync_scheduling else ())
+    report = cost(keep, args, profile_name)
+    for line in describe_cost(report):
+        print(line)
+    if report.problems:
+        raise PackFailure("the pack adds host syncs to a steady decode step (above)")
 
 
 def describe_cost(c: Cost) -> list[str]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..host import outdir
-from ..host.errors import FAILED, FixError
+from ..host.errors import FixError, PackFailure
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
@@ -61,10 +61,8 @@ class Result:
         return [o.fix for o in self.outcomes if o.verdict == DIFFERS]
 
     @property
-    def code(self) -> int:
-        if any(o.verdict == NO_APPLY for o in self.outcomes) or (self.lab is not None and not self.lab.ok):
-            return FAILED
-        return 0
+    def failed(self) -> bool:
+        return any(o.verdict == NO_APPLY for o in self.outcomes) or (self.lab is not None and not self.lab.ok)
 
 
 def reanchor(order: list[str], present: dict[str, fixes.FixSpec], verdicts: dict[str, str],
@@ -206,14 +204,26 @@ def describe(result: Result, accepted: Path | None = None) -> list[str]:
                   *("    " + line for line in fix_lab.describe(result.lab))]
     else:
         lines.append(f"fix lab: {result.lab_note}")
-    if result.rebased and not result.code:
+    if result.rebased and not result.failed:
         shown = fix_base.shown(accepted)
         lines.append(f"{shown} is unchanged. To accept the candidate, after reading the diffs above:")
         lines += [f"    cp {rel / PACK / name}/* {shown / name}/" for name in result.rebased]
         lines.append("    invoke fixes.index   # then commit, with the base named in the message")
-    elif not result.rebased and not result.code:
+    elif not result.rebased and not result.failed:
         lines.append(f"nothing to rebase: the pack applies to {result.image} as recorded")
     return lines
+
+
+def task(image: str, profile_name: str, site: str | None = None, lab: bool = True,
+         lab_fixes: list[str] | None = None, keep: Path | None = None, dry_run: bool = False) -> None:
+    """`invoke fixes.rebase`: the candidate and what to read, then the verdict (PackFailure, exit 1)."""
+    result = rebase(image, profile_name, site, lab=lab, lab_fixes=lab_fixes, keep=keep, dry_run=dry_run)
+    if result is None:
+        return
+    for line in describe(result):
+        print(line)
+    if result.failed:
+        raise PackFailure(failure(result))
 
 
 def failure(result: Result) -> str:

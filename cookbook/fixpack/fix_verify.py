@@ -7,6 +7,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..host.errors import PackFailure, UsageError
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..recipe import fixes, release
 from ..recipe.fixes import fixplan
@@ -37,6 +38,28 @@ def verify(profile_name: str | None = None, fixes_dir: Path | None = None) -> li
                 continue
             out.append(_verify_one(name, present[name], roots, staging, fixes_dir))
     return out
+
+
+def task(profile_name: str | None, base: str | None = None, site: str | None = None, dry_run: bool = False) -> None:
+    """`invoke fixes.verify`: the pack applied in order to pristine upstream sources, fix by fix, or with
+    `base` to that image's own files (fix_base.task, where exit 4 comes from)."""
+    from . import fix_base
+
+    if site and not base:
+        raise UsageError("--site goes with --base IMAGE", hint="invoke fixes.verify --base IMAGE --site DIR")
+    if base:
+        fix_base.task(base, profile_name, site, dry_run)
+        return
+    if dry_run:
+        print(f"would apply profile {release.profile_or_default(profile_name)}'s written fixes in order to pristine "
+              "copies from the upstream cache")
+        return
+    bad = 0
+    for outcome in verify(profile_name):
+        print(f"{outcome.fix:36} {outcome.status}" + (f"\n    {outcome.detail}" if outcome.detail else ""))
+        bad += outcome.status in ("conflicts", "target differs")
+    if bad:
+        raise PackFailure(f"{bad} fix(es) do not apply to the pristine release")
 
 
 def _verify_one(name: str, spec: fixes.FixSpec, roots: dict[str, Path], staging: Path,

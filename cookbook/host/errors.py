@@ -1,9 +1,12 @@
-"""One error tree. Library code raises these; tasks turn them into a message and an exit code.
+"""One error tree. Library code raises these, verdicts included (checks that failed, a pack that does not
+apply); one place, the task edge (cookbook/host/cli.py), turns them into `error:` and `fix:` lines and the
+exit code `exit_code` gives.
 
 Exit codes (the README says the same): 2 for a mistake in what the user gave (a recipe, a fix, an
 argument, a path), 3 when the Docker engine or the network failed, 1 for work that ran and failed (a
-build, the image checks), and 4 from `fixes.verify --base` alone: the pack applies to that base, but
-its target files are not the ones the pack was recorded against (a build on it still refuses them).
+build, the image checks, smoke, a fix that does not apply, the chain), and 4 from `fixes.verify --base`
+alone: the pack applies to that base, but its target files are not the ones the pack was recorded
+against (a build on it still refuses them).
 """
 
 from __future__ import annotations
@@ -89,6 +92,25 @@ class PublishError(CookbookError):
     """An image that may not be published, or a registry that refused it."""
 
 
+class SmokeFailure(CheckFailure):
+    """A server that answered, but not as the recipe's Verified checks require."""
+
+
+class PackFailure(CookbookError):
+    """A fix pack that ran and failed: a fix that does not apply, a lab or cost run that found problems, a pack
+    that does not port to another release."""
+
+
+class PackDiffers(PackFailure):
+    """`fixes.verify --base`: the pack applies to that base, but its target files are not the pristine ones."""
+
+    exit_code = PACK_DIFFERS
+
+
+class ChainStopped(CookbookError):
+    """`invoke chain` stopped at a step; the summary above says which and why."""
+
+
 def printable(text: str) -> str:
     """Text from outside (a server's model id or answer) made safe for a terminal or a Markdown page:
     control characters (escape sequences, carriage returns, newlines) shown as escapes, not obeyed."""
@@ -112,6 +134,36 @@ def os_error_code(exc: OSError) -> int:
     except ImportError:  # requests comes with the docker SDK; without it none of its errors can occur
         pass
     return ENGINE_OR_NETWORK if isinstance(exc, network) else USER_MISTAKE
+
+
+def exit_code(exc: BaseException) -> int:
+    """The one mapping from what reached a task's edge to the README's exit codes: an error of the tree
+    carries its code; an OSError is the network's (3) or a path's (2); anything else is a bug (1)."""
+    if isinstance(exc, CookbookError):
+        return exc.exit_code
+    if isinstance(exc, OSError):
+        return os_error_code(exc)
+    return FAILED
+
+
+def error_lines(exc: BaseException) -> list[str]:
+    """What the task edge prints for `exc`: `error: WHAT`, `  at: WHERE` and `fix: HINT`, each made printable
+    (the words may quote a server or a file)."""
+    if isinstance(exc, CookbookError):
+        what, at, hint = exc.what, exc.where, exc.hint
+    elif isinstance(exc, OSError):
+        what, at, hint = exc.strerror or str(exc), None, None
+        if exc.filename:
+            what += f": {exc.filename}"
+    else:
+        what, at, hint = str(exc) or type(exc).__name__, None, None
+    first, *more = what.splitlines() or [""]
+    lines = [f"error: {first}", *more]
+    if at:
+        lines.append(f"  at: {at}")
+    if hint:
+        lines.append(f"fix: {hint}")
+    return [printable(line) for line in lines]
 
 
 def where(path, line: int | None = None, key: str | None = None) -> str:

@@ -70,6 +70,12 @@ class Result:
     report: dict
 
 
+def verdict(result: Result | None, image: str) -> None:
+    """CheckFailure (exit 1) when the checks ran and failed; None from a dry run passes."""
+    if result is not None and not result.passed:
+        raise CheckFailure(f"image checks failed for {image}; evidence in {result.evidence}")
+
+
 def suite_hash() -> str:
     """The sha256 of the check suite itself (every file under image_checks/, by name and content):
     evidence names the suite it came from, so a result of another suite is never taken for this one."""

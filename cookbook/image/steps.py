@@ -123,6 +123,21 @@ def ensure_standin(loaded: LoadedRecipe, dry_run: bool = False, rebuild: bool = 
     return standin.ensure(loaded.release.pins(), dry_run=dry_run, rebuild=rebuild)
 
 
+def standin_task(ref: str, rebuild: bool = False, dry_run: bool = False) -> None:
+    """`invoke standin`: the recipe's stand-in base made (or found), its image printed."""
+    print(ensure_standin(recipes.load(ref), dry_run=dry_run, rebuild=rebuild).image)
+
+
+def validate(ref: str | None, check_names) -> None:
+    """`invoke validate`: the recipe (every recipe without `ref`) loaded and checked, `check_names` (the smoke
+    checks', from the prove stage) included; and what a build would say of its unwritten fixes."""
+    for loaded in [recipes.load(ref)] if ref else recipes.load_all():
+        check_names(loaded)
+        print(f"ok  {loaded.id}  ({loaded.rel_path}, sha256 {loaded.hash[:12]})")
+        for line in unwritten_note(loaded):
+            print(line)
+
+
 def build_recipe(ref: str, use_standin: bool = False, tag: list[str] | None = None, repo: str = IMAGE_REPO,
                  dry_run: bool = False, allow_unwritten: bool = False) -> build.Built | None:
     loaded = recipes.load(ref)
@@ -165,6 +180,16 @@ def build_recipe(ref: str, use_standin: bool = False, tag: list[str] | None = No
     print(f"size     {build.mib(built.size)}  (base {base.from_ref}: {build.mib(built.base_size)})")
     print(f"adds     {build.mib(built.added)} over its base")
     return built
+
+
+def test_image(ref: str, image: str | None, use_standin: bool, repo: str, dry_run: bool = False) -> None:
+    """`invoke test`: the image checks on `image` (default the recipe's moving tag), evidence written, then
+    the verdict (imagecheck.verdict)."""
+    from . import imagecheck
+
+    loaded = recipes.load(ref)
+    image = image or moving_tag(loaded, repo, use_standin)
+    imagecheck.verdict(imagecheck.run(loaded, image, base_for(loaded, use_standin), dry_run=dry_run), image)
 
 
 def fetch_upstream(ref: str, source: str | None = None, wheel: str | None = None, dry_run: bool = False) -> None:

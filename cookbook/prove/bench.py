@@ -432,6 +432,19 @@ def dry_run(loaded: LoadedRecipe, scale: float, repeats: int, only: list[str] | 
               f"output tokens ({'cold chat, needle' if w.kind == 'needle' else 'completions, ignore_eos'})")
 
 
+def task(recipe: str, url: str | None, image: str | None, scale: float, repeats: int, only: tuple[str, ...],
+         out: Path | None, port: int | None, runtime: str | None, name: str | None, hf_cache: str | None, env: dict,
+         option: tuple[str, ...], timeout: float, args: tuple[str, ...], dry_run: bool = False) -> dict | None:
+    """`invoke bench` with the task's options: against --url, or a container of --image (serve.run_spec)."""
+    from ..recipe import recipes
+    from . import serve
+
+    loaded = recipes.load(recipe)
+    spec = serve.run_spec(loaded, "bench", image, port, runtime, name, hf_cache, env, option, args)
+    return bench(loaded, url, spec, out or Path(f"build/bench/{loaded.id}"), scale=scale, repeats=repeats,
+                 only=list(only) or None, timeout_s=timeout, dry=dry_run)
+
+
 def bench(loaded: LoadedRecipe, url: str | None, run_spec, out: Path, *, scale: float, repeats: int,
           only: list[str] | None, timeout_s: float, dry: bool) -> dict | None:
     """`invoke bench`: against --url, or a container of --image that is always removed afterwards."""

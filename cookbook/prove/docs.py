@@ -426,6 +426,13 @@ SITE_MARKER = ".cookbook-site"
 SITE_MARKER_TEXT = "Built by the Gaudi cookbook (`invoke docs --site`); building again replaces this whole folder.\n"
 
 
+def task(check: bool = False, site: str | None = None, dry_run: bool = False) -> None:
+    """`invoke docs`: the pages (`write`), then with `site` the static site into that folder."""
+    write(check=check, dry_run=dry_run)
+    if site:
+        build_site(Path(site), dry_run=dry_run)
+
+
 def build_site(out: Path, dry_run: bool = False) -> Path:
     """The static site (mkdocs, --strict: a broken link fails), built into a temp folder then swapped in.
     Only a folder an earlier --site made (SITE_MARKER), an empty one or a new path is replaced: anything

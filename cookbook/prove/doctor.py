@@ -348,10 +348,33 @@ def table(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
+def blockers(checks: list[Check] | None, but: tuple[str, ...] = ()) -> list[str]:
+    """The names of the failed checks, those in `but` aside."""
+    return [c.name for c in checks or [] if c.status == FAIL and c.name not in but]
+
+
+def require_ready(loaded: LoadedRecipe, checks: list[Check] | None, but: tuple[str, ...] = ()) -> None:
+    """The doctor's verdict: HostError (exit 1) naming every failed check but those in `but`."""
+    failed = blockers(checks, but)
+    if failed:
+        raise HostError(f"this host cannot serve {loaded.id} yet: {', '.join(failed)}")
+
+
+def task(recipe: str, image: str | None, repo: str, record: Path | None, readings: Path | None,
+         dry_run: bool = False) -> None:
+    """`invoke doctor`: the table for the recipe and its image (default its moving tag), then the verdict."""
+    from ..image import steps
+    from ..recipe import recipes
+
+    loaded = recipes.load(recipe)
+    checks = run(loaded, image or steps.moving_tag(loaded, repo, False), readings, record, dry_run)
+    require_ready(loaded, checks)
+
+
 def run(loaded: LoadedRecipe, image: str, readings: Path | None = None, record: Path | None = None,
         dry_run: bool = False) -> list[Check] | None:
-    """Judge the host (or saved readings); raises HostError on a host without Gaudi. The caller turns
-    a FAIL into the exit status."""
+    """Judge the host (or saved readings) and print the table; raises HostError on a host without Gaudi.
+    `require_ready` turns a FAIL into the verdict."""
     from .serve import image_problem
 
     said = image_problem(image)

@@ -372,18 +372,26 @@ def spec_for(loaded: LoadedRecipe, image: str | None = None, port: int | None = 
                    role=role, recipe=loaded.id, publish_ip="" if role == "serve" else "127.0.0.1")
 
 
-def parse_env(items: list[str] | None) -> dict[str, str | None]:
-    """`--env NAME=VALUE` (repeatable) into a mapping; `--env NAME` alone passes NAME through from your
-    environment by name (value None), the way a secret must go. The names are checked as environment names."""
-    env: dict[str, str | None] = {}
-    for item in items or []:
-        name, eq, value = item.partition("=")
-        said = grammar.problem("env_name", name)
-        if said:  # not echoed: what was typed may hold a pasted secret ("HF_TOKEN hf_...")
-            raise UsageError(f"--env: {said} (what was given is not shown)",
-                             hint="NAME=VALUE, or NAME alone to pass yours through")
-        env[name] = value if eq else None
-    return env
+def run_spec(loaded: LoadedRecipe, role: str, image: str | None, port: int | None, runtime: str | None,
+             name: str | None, hf_cache: str | None, env: dict, option: tuple[str, ...],
+             args: tuple[str, ...]) -> RunSpec | None:
+    """The --image container of smoke and bench (None without --image): the same `docker run` as `invoke serve`."""
+    if not image:
+        return None
+    return spec_for(loaded, image=image, port=port, runtime=runtime, name=name or f"cookbook-{role}-{os.getpid()}",
+                    hf_cache=hf_cache, env=env, options=option, args=args, role=role)
+
+
+def task(recipe: str, image: str | None, port: int | None, runtime: str | None, name: str | None,
+         hf_cache: str | None, env: dict, option: tuple[str, ...], timeout: float, log_dir: Path,
+         no_fetch: bool, args: tuple[str, ...], dry_run: bool = False) -> Running | None:
+    """`invoke serve`: the recipe's `docker run` with the task's options, then `serve`."""
+    from ..recipe import recipes
+
+    loaded = recipes.load(recipe)
+    spec = spec_for(loaded, image=image, port=port, runtime=runtime, name=name, hf_cache=hf_cache, env=env,
+                    options=option, args=args)
+    return serve(loaded, spec, log_dir, timeout, dry_run, fetch=not no_fetch)
 
 
 def weights_record(loaded: LoadedRecipe, log_dir: Path) -> Path:
@@ -421,22 +429,6 @@ def serve(loaded: LoadedRecipe, spec: RunSpec, log_dir: Path, timeout_s: float, 
     print(f"log      {log_path}")
     print(f"stop     docker rm -f {spec.name}")
     return running
-
-
-def user_args(remainder: str, argv: list[str]) -> tuple[str, ...]:
-    """The words after `--`: taken from the program's argv as typed (invoke joins its remainder with
-    spaces, which loses quoting), else split from that remainder."""
-    if "--" in argv:
-        return tuple(argv[argv.index("--") + 1:])
-    return tuple(shlex.split(remainder))
-
-
-def number(value, option: str, kind=int):
-    """A task option's number as typed (invoke passes text), or a UsageError naming the option."""
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{option} takes {'a whole number' if kind is int else 'a number'}, got {value!r}") from None
 
 
 @dataclass

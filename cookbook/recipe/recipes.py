@@ -215,6 +215,14 @@ def validate(rid: str, path: Path, chain: tuple[Source, ...], data: dict) -> Loa
     return LoadedRecipe(rid, path, recipe, chain, data, content_hash(rid, data), profile, rel)
 
 
+def list_all(root: Path = RECIPES) -> None:
+    """`invoke recipes`: one line each: id, model, hardware, release, opt-in fixes."""
+    for loaded in load_all(root):
+        rec = loaded.recipe
+        print(f"{loaded.id:20} {rec.model.id:28} {rec.hardware.cards}x {rec.hardware.accelerator:7} "
+              f"{rec.base.vllm_gaudi.version}  opt-in: {', '.join(rec.fixes.opt_in) or '-'}")
+
+
 def load_all(root: Path = RECIPES) -> list[LoadedRecipe]:
     return [load(p, root) for p in known_ids(root).values()]
 

@@ -255,14 +255,23 @@ def parse_replicas(text) -> int:
         raise UsageError(f"--replicas takes a whole number, not {printable(repr(text))}") from None
 
 
-def parse_env(pairs: list[str] | None) -> tuple[tuple[str, str], ...]:
-    out = []
-    for pair in pairs or []:
-        k, sep, v = pair.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):  # the pair is not echoed: it may be a secret
-            raise UsageError("--env takes NAME=VALUE, NAME letters, digits and _ (the value given is not shown)")
-        out.append((k, v))
-    return tuple(out)
+def env_pairs(env: dict[str, str | None]) -> tuple[tuple[str, str], ...]:
+    """`--env` as read (cookbook/host/cli.parse_env) for a manifest: every name needs its value here, as
+    nothing on this host is passed through to a cluster."""
+    for name, value in env.items():
+        if value is None:
+            raise UsageError(f"--env {name}: a manifest takes NAME=VALUE (NAME alone passes yours through only to "
+                             "a container started on this host)")
+    return tuple(env.items())
+
+
+def task(recipe: str, image: str | None, local: str | None, replicas, kserve: bool, env: dict, hf_secret: str,
+         cache_claim: str, out: Path | None, standin: bool, dry_run: bool = False) -> dict[str, str]:
+    """`invoke k8s` with the task's options."""
+    from ..recipe import recipes
+
+    opts = Options(image, parse_replicas(replicas), kserve, env_pairs(env), hf_secret, cache_claim)
+    return run(recipes.load(recipe), opts, local, out, allow_standin=standin, dry_run=dry_run)
 
 
 def container(loaded: LoadedRecipe, facts: ImageFacts, opts: Options, name: str) -> dict:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..host import engine
-from ..host.errors import CheckFailure, EngineError, PublishError
+from ..host.errors import CheckFailure, EngineError, PublishError, UsageError
 from ..host.names import IMAGE_REPO, OCI, Label
 from ..host.progress import say
 from ..image import imagecheck, steps
@@ -144,6 +144,9 @@ def publish(ref: str, target: str, *, image: str | None = None, standin: bool = 
             repo: str = IMAGE_REPO, dry_run: bool = False, sbom: bool = True,
             allow_standin: bool = False, moving_tags: bool = True, digest_file: str | None = None
             ) -> Published | None:
+    if not target:
+        raise UsageError("invoke publish needs --registry HOST[:PORT][/NAMESPACE]",
+                         hint="e.g. invoke publish --recipe qwen3.5-27b-fp8 --registry ghcr.io/my-org")
     registry.split_target(target)  # a registry that is not one is refused before any work
     loaded = recipes.load(ref)
     image = image or steps.moving_tag(loaded, repo, standin)

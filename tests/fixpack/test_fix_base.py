@@ -17,7 +17,7 @@ from cookbook.fixpack import fix_base
 from cookbook.fixpack.fix_base import DIFFERS, MATCHES, NO_APPLY, FileState
 from cookbook.fixpack.fix_sources import package_roots
 from cookbook.host import engine
-from cookbook.host.errors import FAILED
+from cookbook.host.errors import FAILED, PackDiffers, PackFailure
 from cookbook.host.paths import FIXES, ROOT
 from cookbook.recipe import fixes, recipes
 
@@ -51,16 +51,17 @@ def test_classify(files, patched, said, verdict):
         assert "y.py" in why or "x.py" in why
 
 
-@pytest.mark.parametrize("verdicts, code", [
-    ([], 0),
-    ([MATCHES, MATCHES], 0),
-    ([MATCHES, fix_base.NOT_WRITTEN], 0),
-    ([MATCHES, DIFFERS], fix_base.EXIT_DIFFERS),
-    ([DIFFERS, NO_APPLY], FAILED),
-    ([NO_APPLY], FAILED),
+@pytest.mark.parametrize("verdicts, error, code", [
+    ([], None, 0),
+    ([MATCHES, MATCHES], None, 0),
+    ([MATCHES, fix_base.NOT_WRITTEN], None, 0),
+    ([MATCHES, DIFFERS], PackDiffers, fix_base.EXIT_DIFFERS),
+    ([DIFFERS, NO_APPLY], PackFailure, FAILED),
+    ([NO_APPLY], PackFailure, FAILED),
 ])
-def test_exit_code(verdicts, code):
-    assert fix_base.exit_code(verdicts) == code
+def test_error_class(verdicts, error, code):
+    found = fix_base.error_class(verdicts)
+    assert found is error and (found.exit_code if found else 0) == code
 
 
 @pytest.mark.parametrize("env, recipe_sites, first", [

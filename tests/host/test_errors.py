@@ -1,5 +1,5 @@
-"""cookbook/host/errors.py: the exit code an OSError gets at a task's edge (tasks.edge), by what failed: the
-network's (3) or a path's (2), as the README's table says."""
+"""cookbook/host/errors.py: the one mapping from what reaches a task's edge to the README's exit codes and
+the `error:`/`fix:` lines; an OSError's code by what failed: the network's (3) or a path's (2)."""
 
 import socket
 import ssl
@@ -9,6 +9,7 @@ import pytest
 import requests
 from invoke.exceptions import Exit
 
+from cookbook.host import cli, errors
 from cookbook.host.errors import ENGINE_OR_NETWORK, USER_MISTAKE, os_error_code
 
 
@@ -36,13 +37,55 @@ def test_os_error_code(exc, code):
     (FileNotFoundError(2, "No such file or directory", "/nope"), 2, "error: No such file or directory: /nope"),
 ])
 def test_the_task_edge_exits_with_it(capsys, exc, code, words):
-    import tasks
-
-    @tasks.edge
-    def fails():
+    with pytest.raises(Exit) as err, cli.edge():
         raise exc
-
-    with pytest.raises(Exit) as err:
-        fails()
     assert err.value.code == code
     assert capsys.readouterr().err.strip() == words
+
+
+# Every class of the tree and the README's code for it (a class added without a row here fails below).
+CODES = {
+    errors.CookbookError: 1, errors.CheckFailure: 1, errors.SmokeFailure: 1, errors.BuildError: 1,
+    errors.ManifestError: 1, errors.HostError: 1, errors.PublishError: 1, errors.PackFailure: 1,
+    errors.ChainStopped: 1,
+    errors.UsageError: 2, errors.RecipeError: 2, errors.FixError: 2,
+    errors.UpstreamError: 3, errors.EngineError: 3, errors.WeightsError: 3, errors.PullError: 3,
+    errors.PackDiffers: 4,
+}
+
+
+def tree(cls=errors.CookbookError):
+    return [cls] + [sub for child in cls.__subclasses__() for sub in tree(child)]
+
+
+def test_every_class_of_the_tree_has_its_readme_code():
+    ours = {cls for cls in tree() if cls.__module__ == errors.__name__}
+    assert ours == set(CODES)
+    assert {cls: errors.exit_code(cls("x")) for cls in ours} == CODES
+
+
+@pytest.mark.parametrize("exc, lines", [
+    (errors.RecipeError("unknown recipe 'x'"), ["error: unknown recipe 'x'"]),
+    (errors.RecipeError("bad key", where="r.yaml:3 (key a.b)", hint="drop it"),
+     ["error: bad key", "  at: r.yaml:3 (key a.b)", "fix: drop it"]),
+    (errors.PackDiffers("the pack applies, files differ\nsecond", hint="invoke fixes.rebase --base B"),
+     ["error: the pack applies, files differ", "second", "fix: invoke fixes.rebase --base B"]),
+    (errors.CheckFailure("model \x1b[31mred\x07"), ["error: model \\x1b[31mred\\x07"]),  # a server's words, not obeyed
+    (FileNotFoundError(2, "No such file or directory", "/nope"), ["error: No such file or directory: /nope"]),
+])
+def test_error_lines(exc, lines):
+    assert errors.error_lines(exc) == lines
+
+
+@pytest.mark.parametrize("exc, code", [(ValueError("bug"), 1), (ConnectionRefusedError(111, "refused"), 3),
+                                       (PermissionError(13, "denied", "/x"), 2)])
+def test_exit_code_outside_the_tree(exc, code):
+    assert errors.exit_code(exc) == code
+
+
+@pytest.mark.parametrize("cls", sorted(CODES, key=lambda c: c.__name__))
+def test_the_edge_says_error_and_fix_and_exits_with_the_code(capsys, cls):
+    with pytest.raises(Exit) as err, cli.edge():
+        raise cls("what went wrong", hint="how to mend it")
+    assert err.value.code == CODES[cls]
+    assert capsys.readouterr().err.splitlines() == ["error: what went wrong", "fix: how to mend it"]

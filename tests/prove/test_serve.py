@@ -80,30 +80,6 @@ def test_refusals(kw, words):
         serve.check_spec(spec(**kw))
 
 
-@pytest.mark.parametrize("items,expect,error", [
-    (["A=1", "B=x=y"], {"A": "1", "B": "x=y"}, None),
-    (["A"], {"A": None}, None),  # passed through from the caller's environment by name
-    (["1A=2"], None, "an env name is letters"),
-    (["HF_TOKEN hf_pasted=x"], None, "what was given is not shown"),  # a pasted token is never echoed
-])
-def test_parse_env(items, expect, error):
-    if error:
-        with pytest.raises(UsageError, match=error) as err:
-            serve.parse_env(items)
-        assert items[0] not in str(err.value) and "hf_pasted" not in str(err.value)
-    else:
-        assert serve.parse_env(items) == expect
-
-
-@pytest.mark.parametrize("remainder,argv,expect", [
-    ("--a 'b c'", ["invoke", "serve", "--", "--a", "b c"], ("--a", "b c")),  # argv as typed wins
-    ("--a 'b c'", ["python"], ("--a", "b c")),
-    ("", ["invoke", "serve"], ()),
-])
-def test_user_args(remainder, argv, expect):
-    assert serve.user_args(remainder, argv) == expect
-
-
 def test_dry_run_prints_the_command_without_the_token():
     env = {**os.environ, "HF_TOKEN": SECRET, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "invoke", "serve", "--dry-run", "--port", "8123", "--",

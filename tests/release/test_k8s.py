@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from cookbook.host import engine
+from cookbook.host import cli, engine
 from cookbook.host.errors import ManifestError, UsageError
 from cookbook.host.names import HF_CACHE_IN_IMAGE
 from cookbook.host.paths import ROOT
@@ -192,7 +192,7 @@ def test_options_are_checked_before_anything(opts, said):
     ((), "--image is required"),
     (("--image", "r/x:latest"), "not pinned by digest"),
     (("--image", "r/x@sha256:" + "a" * 64, "--env", "HF_TOKEN=hf_topsecret"), "never written into a manifest"),
-    (("--image", "r/x@sha256:" + "a" * 64, "--env", "HF_TOKEN hf_topsecret"), "--env takes NAME=VALUE"),
+    (("--image", "r/x@sha256:" + "a" * 64, "--env", "HF_TOKEN hf_topsecret"), "fix: NAME=VALUE"),
 ])
 def test_argument_mistakes_exit_2(args, said):
     out = invoke("k8s", "--recipe", RID, *args, "--dry-run")
@@ -243,14 +243,14 @@ def test_digest_problem(image_id, repo_digests, ok):
 
 
 @pytest.mark.parametrize("pairs,want", [(None, ()), (["A=1", "B=x=y", "C="], (("A", "1"), ("B", "x=y"), ("C", "")))])
-def test_parse_env(pairs, want):
-    assert k8s.parse_env(pairs) == want
+def test_env_pairs(pairs, want):
+    assert k8s.env_pairs(cli.parse_env(pairs)) == want
 
 
 @pytest.mark.parametrize("bad", ["A", "1A=x", "=x", "HF_TOKEN hf_secretvalue", "HF-TOKEN=hf_secretvalue"])
-def test_parse_env_refuses(bad):
+def test_env_pairs_refuses(bad):
     with pytest.raises(UsageError, match="NAME=VALUE") as err:
-        k8s.parse_env([bad])
+        k8s.env_pairs(cli.parse_env([bad]))
     assert "secretvalue" not in str(err.value)  # a pasted token is never echoed
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ...host.errors import RecipeError, UsageError, printable
+from ...host.errors import RecipeError, SmokeFailure, UsageError, printable
 from ..openai_client import BadAnswer, Server, ServerError, check_url
 from . import answers, bias, health, images, logprobs, needle, prefix, sizing, structured, tools  # noqa: F401
 from .core import CHECKS, Context, Outcome
@@ -197,6 +197,23 @@ def parse_scale(text: str | None) -> float:
     return scale
 
 
+def against(recipe: str, url: str | None, image: str | None, scale: float | None, out: Path | None,
+            only: tuple[str, ...], port: int | None, runtime: str | None, name: str | None, hf_cache: str | None,
+            env: dict, option: tuple[str, ...], timeout: float, args: tuple[str, ...], dry_run: bool = False):
+    """`invoke smoke` with the task's options: `task` against --url, or against a container of --image
+    started for it and always removed (serve.run_against)."""
+    from ...host.paths import ROOT
+    from ...recipe import recipes
+    from .. import serve
+
+    loaded = recipes.load(recipe)
+    spec = serve.run_spec(loaded, "smoke", image, port, runtime, name, hf_cache, env, option, args)
+    out_dir = out or ROOT / "build" / "smoke" / loaded.id
+    return serve.run_against(url, spec, out_dir / "server.log", timeout, dry_run,
+                             lambda t: task(recipe, t.url, scale, out_dir, only, dry_run, image=t.image,
+                                            image_id=t.image_id, log_path=t.log_path, args=args if spec else ()))
+
+
 def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only, dry_run: bool, *,
          image: str | None = None, image_id: str | None = None, log_path: Path | None = None,
          args: tuple[str, ...] = ()) -> Result | None:
@@ -227,4 +244,7 @@ def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only
     result = run(loaded, url, scale=factor, out_dir=out_dir, only=only, progress=progress.say, target=target)
     print(markdown(result), end="")
     print(f"results: {out_dir / 'smoke.json'}")
+    failed = [row["name"] for row in result.rows if row["status"] == "failed"]
+    if failed:
+        raise SmokeFailure(f"smoke checks failed: {', '.join(failed)}")
     return result
