@@ -14,6 +14,8 @@ first part of the request's path (`http://127.0.0.1:PORT/MODE` is the URL a clie
   bad-shape     /v1/models is fine, a stream's event is an object whose choices are not a list
   escapes       /v1/models names a model with terminal escape codes in its id
   cut           /v1/models says it has 1000 bytes and sends 10
+  not-http      everything answers with an SSH banner
+  bad-chunk     /v1/models is fine, a stream's chunk size is not a number
 
 Bytes sent are capped (SEND_CAP) so a client that never stops reading still ends. Run as a script it
 prints its URL and serves until killed.
@@ -77,6 +79,8 @@ class Handler(socketserver.BaseRequestHandler):
         models = MODEL_OK
         if mode == "escapes":
             models = {"object": "list", "data": [{"id": ESCAPED_ID, "max_model_len": 4096}]}
+        if mode == "not-http":
+            return sock.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
         if mode == "garbage":
             return sock.sendall(_answer("200 OK", b"<html>\x00\xff not json", "text/html"))
         if rest == "/v1/models":
@@ -110,6 +114,8 @@ class Handler(socketserver.BaseRequestHandler):
         if mode == "bad-shape":  # an object, but its choices are not a list
             sock.sendall(_stream_head() + _chunk(b'data: {"choices": {"text": "x"}}\n\n') + _chunk(b""))
             return
+        if mode == "bad-chunk":
+            return sock.sendall(_stream_head() + b"zz\r\ndata: {}\n\n\r\n" + _chunk(b""))
         if mode == "not-object":
             sock.sendall(_stream_head() + _chunk(b"data: [1, 2]\n\n") + _chunk(b"data: [DONE]\n\n") + _chunk(b""))
             return

@@ -121,22 +121,23 @@ async def _pieces(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
 
 
 def _said(exc: BaseException) -> str:
-    """What went wrong, in our words where aiohttp's are about its internals."""
+    """What went wrong, in one line and in our words where aiohttp's name its parser's internals."""
     chain, seen = [], exc
     while seen is not None and len(chain) < 8:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
+    ours = {http_exceptions.LineTooLong: f"a header line longer than {HEADER_LINE_MAX} bytes",
+            http_exceptions.TransferEncodingError: "the stream ended before its last chunk",
+            http_exceptions.ContentLengthError: "the answer ended before its Content-Length"}
+    for kind, said in ours.items():  # aiohttp wraps its parser's error in copies of the same message
+        if any(isinstance(e, kind) for e in chain):
+            return said
     for e in chain:
-        if isinstance(e, http_exceptions.LineTooLong):
-            return f"a header line longer than {HEADER_LINE_MAX} bytes"
-        if isinstance(e, http_exceptions.BadStatusLine):
-            return f"a status line that is not HTTP: {printable(str(e.args[0] if e.args else e))[:60]}"
-        if isinstance(e, http_exceptions.BadHttpMessage) and "too many headers" in str(e).lower():
-            return f"more than {HEADERS_MAX} header lines"
-        if isinstance(e, http_exceptions.TransferEncodingError):
-            return "the stream ended before its last chunk"
-        if isinstance(e, http_exceptions.ContentLengthError):
-            return "the answer ended before its Content-Length"
+        if isinstance(e, http_exceptions.HttpProcessingError):
+            if "too many headers" in e.message.lower():
+                return f"more than {HEADERS_MAX} header lines"
+            # aiohttp's message spans lines with a caret under the byte it refused
+            return f"an answer that is not HTTP/1.1 ({printable(' '.join(e.message.replace('^', '').split()))[:120]})"
     return printable(str(exc)) or type(exc).__name__
 
 

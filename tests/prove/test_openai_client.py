@@ -219,6 +219,18 @@ def test_a_garbage_model_list_is_the_servers_failure(hostile_url, mode, kind, wo
     assert caught.value.exit_code == 3
 
 
+def test_an_answer_that_is_not_http_is_a_bad_answer(hostile_url):
+    with pytest.raises(BadAnswer, match=r"/v1/models: .* sent an answer that is not HTTP/1.1 \(Bad status line.*SSH"):
+        Server.connect(f"{hostile_url}/not-http", timeout=10)
+
+    async def run():
+        async with Connections(f"{hostile_url}/bad-chunk", timeout=10) as conns:
+            return [event async for _, event in conns.events("/v1/completions", {})]
+
+    with pytest.raises(BadAnswer, match=r"not HTTP/1.1 \(Invalid character in chunk size: b'zz'\)"):
+        asyncio.run(run())
+
+
 @pytest.mark.parametrize("mode,words", [
     ("long-header", "a header line longer than 65536 bytes"),
     ("many-headers", "more than 100 header lines"),
