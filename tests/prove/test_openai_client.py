@@ -58,6 +58,7 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self.server.accepted += 1
+        self.answered = False  # on this connection
 
     def chunk(self, data: bytes):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -65,9 +66,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         mode = body.get("mode")
-        if mode == "silent":  # closed without a status line
-            self.close_connection = True
+        if mode == "silent" or (mode == "once" and self.answered):  # closed without a status line
+            self.close_connection = True  # "once": as a server whose idle timeout fired as the request came
             return
+        self.answered = True
         if mode == "refuse":
             data = b'{"error": "no such model"}'
             self.send_response(404)
@@ -130,6 +132,16 @@ def test_a_connection_the_server_dropped_is_replaced(local_server):
     out = post_all(url, [{"n": 1, "mode": "drop"}, {"n": 2}])
     assert [len(events) for events in out] == [1, 2]
     assert local_server.accepted == 2
+
+
+def test_a_kept_alive_connection_closed_under_the_request_is_replaced_once(local_server):
+    url = f"http://127.0.0.1:{local_server.server_port}"
+    out = post_all(url, [{"n": 1, "mode": "once"}, {"n": 2, "mode": "once"}])
+    assert [len(events) for events in out] == [1, 2]
+    assert local_server.accepted == 2
+    # Once: a server that closes every connection it is sent a request on is a server that does not answer.
+    (failed,) = post_all(url, [{"mode": "silent"}])
+    assert isinstance(failed, ServerError) and local_server.accepted == 3
 
 
 @pytest.mark.parametrize("mode,words", [("refuse", "HTTP 404.*no such model"),
