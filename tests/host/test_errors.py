@@ -1,5 +1,6 @@
 """cookbook/host/errors.py: the exit code an OSError gets at a task's edge (tasks.edge), by what failed: the
-network's (3) or a path's (2), as the README's table says."""
+network's (3) or a path's (2), as the README's table says; each error class's code; an error's lines (what,
+at, fix); and text from outside made printable."""
 
 import socket
 import ssl
@@ -9,6 +10,7 @@ import pytest
 import requests
 from invoke.exceptions import Exit
 
+from cookbook.host import errors
 from cookbook.host.errors import ENGINE_OR_NETWORK, USER_MISTAKE, os_error_code
 
 
@@ -46,3 +48,40 @@ def test_the_task_edge_exits_with_it(capsys, exc, code, words):
         fails()
     assert err.value.code == code
     assert capsys.readouterr().err.strip() == words
+
+
+@pytest.mark.parametrize("error, code", [
+    (errors.UsageError, 2), (errors.RecipeError, 2), (errors.FixError, 2),
+    (errors.UpstreamError, 3), (errors.EngineError, 3), (errors.WeightsError, 3), (errors.PullError, 3),
+    (errors.BuildError, 1), (errors.CheckFailure, 1), (errors.ManifestError, 1), (errors.HostError, 1),
+    (errors.PublishError, 1), (errors.CookbookError, 1),
+])
+def test_each_error_has_the_readmes_exit_code(error, code):
+    assert error("x").exit_code == code and issubclass(error, errors.CookbookError)
+
+
+@pytest.mark.parametrize("kw, text", [
+    ({}, "what went wrong"),
+    ({"where": "recipe.yaml:3 (key a.b)"}, "what went wrong\n  at: recipe.yaml:3 (key a.b)"),
+    ({"hint": "quote it"}, "what went wrong\n  fix: quote it"),
+    ({"where": "f:1", "hint": "h"}, "what went wrong\n  at: f:1\n  fix: h"),
+])
+def test_an_error_says_what_where_and_the_fix(kw, text):
+    assert str(errors.RecipeError("what went wrong", **kw)) == text
+
+
+@pytest.mark.parametrize("args, text", [
+    (("recipe.yaml",), "recipe.yaml"), (("recipe.yaml", 3), "recipe.yaml:3"),
+    (("recipe.yaml", 3, "server.env"), "recipe.yaml:3 (key server.env)"), (("f", None, "k"), "f (key k)"),
+])
+def test_where(args, text):
+    assert errors.where(*args) == text
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("tiny", "tiny"), ("a b", "a b"), ("café ü", "café ü"),
+    ("tiny\x1b[2J", r"tiny\x1b[2J"), ("a\r\nb", r"a\r\nb"), ("bell\x07", r"bell\x07"), ("tab\t", r"tab\t"),
+    (42, "42"),
+])
+def test_printable_shows_control_characters_instead_of_obeying_them(text, shown):
+    assert errors.printable(text) == shown
