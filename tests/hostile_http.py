@@ -2,7 +2,9 @@
 first part of the request's path (`http://127.0.0.1:PORT/MODE` is the URL a client is given):
 
   huge-chunk    a stream that announces one 1 TiB chunk and sends bytes as fast as it can
+  long-answer   the same, in complete comment lines of 64 KiB (only the answer's size can stop it)
   long-line     a stream of 64 MiB without a newline
+  huge-length   /v1/models says it has 1 TiB (Content-Length) and sends bytes as fast as it can
   long-header   a header line of 1 MiB
   many-headers  10,000 headers
   drip          a stream that sends a comment line every 0.2 s, forever
@@ -12,6 +14,8 @@ first part of the request's path (`http://127.0.0.1:PORT/MODE` is the URL a clie
   bad-shape     /v1/models is fine, a stream's event is an object whose choices are not a list
   escapes       /v1/models names a model with terminal escape codes in its id
   cut           /v1/models says it has 1000 bytes and sends 10
+  not-http      everything answers with an SSH banner
+  bad-chunk     /v1/models is fine, a stream's chunk size is not a number
   pypi-flood    a package index (/simple/NAME/) whose one wheel link streams bytes as fast as it can
 
 A git or pip client is given `http://127.0.0.1:PORT/drip/...` for a source that trickles forever.
@@ -30,6 +34,7 @@ import time
 
 SEND_CAP = 1 << 30  # what any one answer sends at most: 1 GiB
 PIECE = b"a" * (1 << 16)
+COMMENT = b": " + b"a" * ((1 << 16) - 3) + b"\n"  # a line of the stream that is no event
 MODEL_OK = {"object": "list", "data": [{"id": "tiny", "object": "model", "max_model_len": 4096}]}
 ESCAPED_ID = "tiny\x1b[2J\x1b]0;pwned\x07\x1b[31mred\r\nfake line"
 
@@ -77,6 +82,8 @@ class Handler(socketserver.BaseRequestHandler):
         models = MODEL_OK
         if mode == "escapes":
             models = {"object": "list", "data": [{"id": ESCAPED_ID, "max_model_len": 4096}]}
+        if mode == "not-http":
+            return sock.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
         if mode == "garbage":
             return sock.sendall(_answer("200 OK", b"<html>\x00\xff not json", "text/html"))
         if rest == "/v1/models":
@@ -84,6 +91,8 @@ class Handler(socketserver.BaseRequestHandler):
                 return sock.sendall(_answer("200 OK", b"[1, 2, 3]"))
             if mode == "models-noid":
                 return sock.sendall(_answer("200 OK", json.dumps({"data": [{"name": "x"}]}).encode()))
+            if mode == "huge-length":
+                return _send_forever(sock, b"HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n", PIECE)
             if mode == "cut":
                 return sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"data\": [")
             if mode not in ("long-header", "many-headers"):
@@ -99,6 +108,8 @@ class Handler(socketserver.BaseRequestHandler):
             return sock.sendall(_answer("404 Not Found", b""))
         if mode == "huge-chunk":
             return _send_forever(sock, _stream_head() + b"10000000000\r\n", PIECE)
+        if mode == "long-answer":
+            return _send_forever(sock, _stream_head() + b"10000000000\r\n", COMMENT)
         if mode == "long-line":
             return _send_forever(sock, _stream_head() + _chunk(b"data: "), _chunk(PIECE), 64 << 20)
         if mode == "long-header":
@@ -113,6 +124,8 @@ class Handler(socketserver.BaseRequestHandler):
         if mode == "bad-shape":  # an object, but its choices are not a list
             sock.sendall(_stream_head() + _chunk(b'data: {"choices": {"text": "x"}}\n\n') + _chunk(b""))
             return
+        if mode == "bad-chunk":
+            return sock.sendall(_stream_head() + b"zz\r\ndata: {}\n\n\r\n" + _chunk(b""))
         if mode == "not-object":
             sock.sendall(_stream_head() + _chunk(b"data: [1, 2]\n\n") + _chunk(b"data: [DONE]\n\n") + _chunk(b""))
             return

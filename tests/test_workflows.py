@@ -64,13 +64,30 @@ def test_workflows_call_only_tasks_that_exist(path, tasks):
     assert called <= tasks, called - tasks
 
 
+# The jobs that work one recipe at a time: each must run its matrix over every recipe there is.
+RECIPE_JOBS = {"ci.yml": {"recipes"}, "release.yml": {"publish"}, "gaudi-smoke.yml": {"smoke"}}
+
+
+def matrix_problems(name: str, data: dict, ids: list[str]) -> list[str]:
+    """What is wrong with a workflow's recipe matrices: a job that should have one and has not, a job
+    that says `matrix.recipe` without one, a matrix that is not over exactly `ids`."""
+    problems = []
+    for job_name, job in data["jobs"].items():
+        matrix = (job.get("strategy") or {}).get("matrix") or {}
+        if "recipe" in matrix:
+            if sorted(matrix["recipe"]) != ids:
+                problems.append(f"{name} job {job_name}: its matrix is {sorted(matrix['recipe'])}, not {ids}")
+        elif job_name in RECIPE_JOBS.get(name, ()) or "matrix.recipe" in yaml.safe_dump(job):
+            problems.append(f"{name} job {job_name} has no recipe matrix")
+    missing = RECIPE_JOBS.get(name, set()) - set(data["jobs"])
+    problems += [f"{name} has no job {job_name}" for job_name in sorted(missing)]
+    return problems
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_every_matrix_covers_every_recipe(path):
-    ids = sorted(recipes.known_ids())
-    for name, job in load(path)["jobs"].items():
-        matrix = job.get("strategy", {}).get("matrix", {})
-        if "recipe" in matrix:
-            assert sorted(matrix["recipe"]) == ids, f"{path.name} job {name}"
+    assert path.name in RECIPE_JOBS
+    assert matrix_problems(path.name, load(path), sorted(recipes.known_ids())) == []
 
 
 def test_ci_runs_the_suite_and_the_drift_checks():
@@ -114,11 +131,65 @@ def test_every_action_is_pinned_by_commit_with_its_version_beside(path):
             assert re.search(r"@[0-9a-f]{40}  # v\d+\.\d+\.\d+$", line), line
 
 
+def checkout_problems(name: str, data: dict) -> list[str]:
+    """Each job runs on the repository it checked out first, and no checkout leaves its token in git's
+    config (a job without the checkout would run its commands in an empty directory)."""
+    problems = []
+    for job_name, job in data["jobs"].items():
+        steps = job.get("steps", [])
+        first = steps[0].get("uses", "") if steps else ""
+        if not first.startswith("actions/checkout@"):
+            problems.append(f"{name} job {job_name} does not check out the repository first")
+        for step in steps:
+            if step.get("uses", "").startswith("actions/checkout@") and \
+                    (step.get("with") or {}).get("persist-credentials") is not False:
+                problems.append(f"{name} job {job_name}: a checkout keeps its token (persist-credentials)")
+    return problems
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_no_checkout_leaves_its_token_in_git_config(path):
-    for _, step in steps_of(load(path)):
-        if step.get("uses", "").startswith("actions/checkout@"):
-            assert step.get("with", {}).get("persist-credentials") is False, path.name
+def test_every_job_checks_out_first_and_leaves_no_token_in_git_config(path):
+    assert checkout_problems(path.name, load(path)) == []
+
+
+def mutated(path: Path, tmp_path: Path, change) -> tuple[str, dict]:
+    """A copy of a workflow in tmp_path with `change` made to its data, read back from there."""
+    data = load(path)
+    change(data)
+    copy = tmp_path / path.name
+    copy.write_text(yaml.safe_dump(data, sort_keys=False))
+    return copy.name, load(copy)
+
+
+@pytest.mark.parametrize("name,job", [(name, job) for name, jobs in sorted(RECIPE_JOBS.items()) for job in jobs])
+def test_a_workflow_that_drops_its_recipe_matrix_fails(tmp_path, name, job):
+    def drop(data):
+        del data["jobs"][job]["strategy"]["matrix"]["recipe"]
+
+    copy, data = mutated(WORKFLOWS / name, tmp_path, drop)
+    assert f"{name} job {job} has no recipe matrix" in matrix_problems(copy, data, sorted(recipes.known_ids()))
+
+
+def test_a_matrix_that_misses_a_recipe_fails(tmp_path):
+    copy, data = mutated(WORKFLOWS / "ci.yml", tmp_path, lambda d: d["jobs"]["recipes"]["strategy"]["matrix"]
+                         ["recipe"].pop())
+    assert any("its matrix is" in p for p in matrix_problems(copy, data, sorted(recipes.known_ids())))
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_a_workflow_that_drops_its_checkout_fails(tmp_path, path):
+    def drop(data):
+        for job in data["jobs"].values():
+            job["steps"] = [s for s in job["steps"] if not s.get("uses", "").startswith("actions/checkout@")]
+
+    copy, data = mutated(path, tmp_path, drop)
+    assert checkout_problems(copy, data) and all("does not check out" in p for p in checkout_problems(copy, data))
+
+
+def test_a_checkout_that_keeps_its_token_fails(tmp_path):
+    copy, data = mutated(WORKFLOWS / "ci.yml", tmp_path,
+                         lambda d: d["jobs"]["test"]["steps"][0].pop("with"))
+    assert checkout_problems(copy, data) == ["ci.yml job test: a checkout keeps its token (persist-credentials)"]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)

@@ -2,13 +2,13 @@
 vLLM's /tokenize (lengths are counted with the served model's own tokenizer), and streamed requests
 whose server-sent events are timed as they arrive.
 
-One small HTTP/1.1 client on asyncio streams, bounded everywhere: the server under test is not trusted
-with our memory or our time. A header line, the number of headers, a chunk, a line of the event stream
-and a whole answer have limits, and every request has an overall deadline besides the timeout of each
-read (a server that sends a byte a minute never trips a read timeout). It is hand-written rather than
-aiohttp because the bench's figures must agree with `vllm bench serve` (tests/bench_agreement.py): its
-connections are kept alive and reused exactly as that client's are, and the bytes are timed as they
-arrive, with nothing between the socket and the clock.
+On aiohttp, the library `vllm bench serve` sends its requests with (vllm/benchmarks/lib/
+endpoint_request_func.py), used as it uses it: one session per run whose HTTP/1.1 connections are kept
+alive and reused, the clock read as each piece of the body arrives (`content.iter_any()`), so the bench's
+figures agree with vLLM's (tests/bench_agreement.py). The server under test is not trusted with our memory
+or our time: a header line, the number of headers, a read, a line of the event stream and a whole answer
+have limits, and every request has an overall deadline besides the timeout of each read (a server that
+sends a byte a minute never trips a read timeout).
 """
 
 from __future__ import annotations
@@ -20,16 +20,19 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import aiohttp
+from aiohttp import http_exceptions
+
 from ..host.errors import ENGINE_OR_NETWORK, CookbookError, UsageError, printable
 
 # Generous: a real model reasons at length, and a cold 244K-token prefill takes minutes.
 REQUEST_TIMEOUT_S = 900.0  # the longest wait for any one read
 DEADLINE_S = 3600.0  # the longest a whole request may take, first byte to last
-HEADER_LINE_MAX = 64 * 1024
+HEADER_LINE_MAX = 64 * 1024  # the status line and each header line
 HEADERS_MAX = 100
 EVENT_LINE_MAX = 16 * 1024 * 1024  # one line of an event stream: an event with many logprobs fits
 BODY_MAX = 256 * 1024 * 1024  # one answer, streamed or not
-PIECE = 64 * 1024  # what one read asks the socket for
+PIECE = 64 * 1024  # what the socket's reads buffer before the stream stops reading (aiohttp's read_bufsize)
 
 
 class ServerError(CookbookError):
@@ -45,10 +48,6 @@ class Unreachable(ServerError):
 
 class BadAnswer(ServerError):
     """An answer that is not HTTP, not JSON, over a limit, or not shaped as the OpenAI API says."""
-
-
-class _Late(OSError):
-    """A read the server kept waiting past its timeout or the request's deadline."""
 
 
 def check_url(url: str) -> str:
@@ -107,222 +106,155 @@ def split_lines(pieces_seen: bytearray, data: bytes, limit: int = EVENT_LINE_MAX
     return lines
 
 
-class _Stale(Exception):
-    """A kept-alive connection the server had closed before our request reached it."""
-
-
-class _Request:
-    """One request's clock: each read waits at most the read timeout and never past the deadline."""
-
-    def __init__(self, timeout: float, deadline: float):
-        self.timeout, self.deadline_s = timeout, deadline
-        self.until = time.monotonic() + deadline
-
-    async def read(self, coro):
-        left = self.until - time.monotonic()
-        if left <= 0:
-            coro.close()
-            raise _Late(f"no complete answer within {self.deadline_s:g} s")
-        try:
-            return await asyncio.wait_for(coro, min(self.timeout, left))
-        except TimeoutError:
-            if left < self.timeout:
-                raise _Late(f"no complete answer within {self.deadline_s:g} s") from None
-            raise _Late(f"nothing for {self.timeout:g} s") from None
-
-    async def line(self, reader: asyncio.StreamReader, what: str) -> bytes:
-        try:
-            return await self.read(reader.readline())
-        except ValueError:  # the stream's limit (HEADER_LINE_MAX) is past without a newline
-            raise BadAnswer(f"a {what} longer than {HEADER_LINE_MAX} bytes") from None
-
-    async def exactly(self, reader: asyncio.StreamReader, size: int) -> AsyncIterator[bytes]:
-        """`size` bytes in pieces of at most PIECE: never one buffer of whatever size the server says."""
-        while size > 0:
-            data = await self.read(reader.read(min(size, PIECE)))
-            if not data:
-                raise ConnectionResetError("the answer ended early")
-            size -= len(data)
-            yield data
-
-
-async def _head(req: _Request, reader: asyncio.StreamReader) -> tuple[list[bytes], dict[str, str]]:
-    status = (await req.line(reader, "status line")).split(b" ", 2)
-    if status == [b""]:
-        raise ConnectionResetError("the server closed the connection without an answer")
-    headers: dict[str, str] = {}
-    for _ in range(HEADERS_MAX + 1):
-        line = await req.line(reader, "header line")
-        if line in (b"\r\n", b"\n", b""):
-            return status, headers
-        k, _, v = line.decode("latin-1").partition(":")
-        headers[k.strip().lower()] = v.strip().lower()
-    raise BadAnswer(f"more than {HEADERS_MAX} header lines")
-
-
-async def _body(req: _Request, reader: asyncio.StreamReader, headers: dict) -> AsyncIterator[bytes]:
-    """The body as it arrives: HTTP/1.1 chunks decoded to the last one (and its trailer), Content-Length
-    bytes, or reads to the end; never more than BODY_MAX in all."""
+async def _pieces(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The body as it arrives (aiohttp decodes the chunks and never buffers more than a few reads), never
+    more than BODY_MAX in all: a Content-Length past it is refused before a byte of the body is read."""
+    size = response.content_length
+    if size is not None and size > BODY_MAX:
+        raise BadAnswer(f"a Content-Length of {size}, past the {BODY_MAX} bytes an answer may have")
     left = BODY_MAX
-    if headers.get("transfer-encoding") == "chunked":
-        while True:
-            line = await req.line(reader, "chunk size line")
-            if not line:  # the connection closed before the last (empty) chunk: a cut-off answer
-                raise ConnectionResetError("the stream ended before its last chunk")
-            try:
-                size = int(line.split(b";")[0].strip(), 16)
-            except ValueError:
-                raise BadAnswer(f"a chunk size that is not a number: '{printable(line[:40].decode('latin-1'))}'") \
-                    from None
-            if size < 0 or size > left:
-                raise BadAnswer(f"a chunk of {size} bytes, past the {BODY_MAX} bytes an answer may have")
-            if size == 0:
-                for _ in range(HEADERS_MAX + 1):
-                    if (await req.line(reader, "trailer line")) in (b"\r\n", b"\n", b""):
-                        return
-                raise BadAnswer(f"more than {HEADERS_MAX} trailer lines")
-            left -= size
-            async for data in req.exactly(reader, size):
-                yield data
-            await req.read(reader.readexactly(2))
-    elif "content-length" in headers:
-        try:
-            size = int(headers["content-length"])
-        except ValueError:
-            raise BadAnswer("a Content-Length that is not a number") from None
-        if size < 0 or size > BODY_MAX:
-            raise BadAnswer(f"a Content-Length of {size}, past the {BODY_MAX} bytes an answer may have")
-        async for data in req.exactly(reader, size):
-            yield data
-    else:
-        while data := await req.read(reader.read(PIECE)):
-            left -= len(data)
-            if left < 0:
-                raise BadAnswer(f"an answer longer than {BODY_MAX} bytes")
-            yield data
+    async for data in response.content.iter_any():
+        left -= len(data)
+        if left < 0:
+            raise BadAnswer(f"an answer longer than {BODY_MAX} bytes")
+        yield data
+
+
+def _said(exc: BaseException) -> str:
+    """What went wrong, in one line and in our words where aiohttp's name its parser's internals."""
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 8:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    ours = {http_exceptions.LineTooLong: f"a header line longer than {HEADER_LINE_MAX} bytes",
+            http_exceptions.TransferEncodingError: "the stream ended before its last chunk",
+            http_exceptions.ContentLengthError: "the answer ended before its Content-Length"}
+    for kind, said in ours.items():  # aiohttp wraps its parser's error in copies of the same message
+        if any(isinstance(e, kind) for e in chain):
+            return said
+    for e in chain:
+        if isinstance(e, http_exceptions.HttpProcessingError):
+            if "too many headers" in e.message.lower():
+                return f"more than {HEADERS_MAX} header lines"
+            # aiohttp's message spans lines with a caret under the byte it refused
+            return f"an answer that is not HTTP/1.1 ({printable(' '.join(e.message.replace('^', '').split()))[:120]})"
+    return printable(str(exc)) or type(exc).__name__
+
+
+def _head_refused(exc: BaseException) -> bool:
+    """aiohttp refused the status line or headers as HTTP: the server answered garbage."""
+    return isinstance(exc, aiohttp.ClientResponseError) and not isinstance(exc, aiohttp.TooManyRedirects)
+
+
+async def _note_reuse(session, context, params) -> None:
+    context.trace_request_ctx["reused"] = True
 
 
 class Connections:
-    """Streamed POSTs to one server from one event loop over HTTP/1.1 keep-alive connections, reused as
-    vLLM's benchmark client reuses its aiohttp connections: a new connection per request put the TCP
-    connect and the server's accept inside every measured time to first token."""
+    """Requests to one server from one event loop, in one aiohttp session: HTTP/1.1 connections kept
+    alive and reused as vLLM's benchmark client reuses them (a new connection per request put the TCP
+    connect and the server's accept inside every measured time to first token). Use as `async with`."""
 
     def __init__(self, url: str, timeout: float = REQUEST_TIMEOUT_S, deadline: float = DEADLINE_S):
         self.url = check_url(url)
-        parts = urlsplit(self.url)
-        self.tls = parts.scheme == "https"
-        self.host, self.port = parts.hostname, parts.port or (443 if self.tls else 80)
-        self.prefix = parts.path.rstrip("/")
         self.timeout = timeout  # for each read: a cold 244K-token prefill is minutes before its first byte
         self.deadline = deadline  # for each request, whole
-        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Connections:
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_reuseconn.append(_note_reuse)
+        self._session = aiohttp.ClientSession(
+            # No limit on connections: the bench's own semaphore says how many streams are in flight.
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            timeout=aiohttp.ClientTimeout(total=self.deadline, sock_connect=self.timeout, sock_read=self.timeout),
+            read_bufsize=PIECE, max_line_size=HEADER_LINE_MAX, max_field_size=HEADER_LINE_MAX,
+            max_headers=HEADERS_MAX,
+            # The server's bytes as they are: no compression asked for or undone (a small gzip body can
+            # inflate past any bound before it is counted), no cookies kept, no proxy from the environment.
+            auto_decompress=False, skip_auto_headers=("Accept-Encoding",), cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False, trace_configs=[trace])
         return self
 
     async def __aexit__(self, *exc) -> None:
-        for _, writer in self.idle:
-            writer.close()
-        self.idle.clear()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
-    def _kept(self):
-        """An idle kept-alive connection the server has not visibly closed, or None."""
-        while self.idle:
-            reader, writer = self.idle.pop()
-            if not (writer.is_closing() or reader.at_eof()):
-                return reader, writer
-            writer.close()
-        return None
-
-    def _request_head(self, method: str, path: str, payload: bytes | None, close: bool) -> bytes:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        head = f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {host}:{self.port}\r\n"
-        if payload is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-        if close:
-            head += "Connection: close\r\n"
-        return (head + "\r\n").encode() + (payload or b"")
-
-    async def _open(self, req: _Request):
-        return await req.read(asyncio.open_connection(self.host, self.port, ssl=self.tls, limit=HEADER_LINE_MAX))
+    def _request(self, method: str, path: str, body: dict | None, context: dict | None = None):
+        if self._session is None:
+            raise RuntimeError("Connections is used as `async with Connections(...) as conns`")
+        return self._session.request(method, self.url + path, json=body, allow_redirects=False,
+                                     trace_request_ctx=context)
 
     async def fetch(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
-        """One request on a connection of its own: its status and its whole (bounded) body."""
-        req = _Request(self.timeout, self.deadline)
-        writer = None
+        """One request: its status and its whole (bounded) body."""
         answered = False
         try:
-            reader, writer = await self._open(req)
-            writer.write(self._request_head(method, path, None if body is None else json.dumps(body).encode(),
-                                            close=True))
-            await req.read(writer.drain())
-            status, headers = await _head(req, reader)
-            answered = True
-            data = bytearray()
-            async for piece in _body(req, reader, headers):
-                data += piece
-            try:
-                return int(status[1]), bytes(data)
-            except (IndexError, ValueError):
-                raise BadAnswer(f"a status line that is not HTTP: {printable(repr(b' '.join(status)[:60]))}") \
-                    from None
-        except (OSError, asyncio.IncompleteReadError, BadAnswer) as exc:  # a read's timeout is an OSError too
+            async with self._request(method, path, body) as response:
+                answered = True
+                data = bytearray()
+                async for piece in _pieces(response):
+                    data += piece
+                return response.status, bytes(data)
+        except (OSError, aiohttp.ClientError, BadAnswer) as exc:  # a timeout is an OSError too
             raise self._failure(path, exc, answered) from None
-        finally:
-            if writer is not None:
-                writer.close()
 
     def _failure(self, path: str, exc: Exception, answered: bool) -> Exception:
         """The one-line error a request's failure becomes: the server's (exit 3), with the path and URL."""
         if isinstance(exc, BadAnswer):
             return BadAnswer(f"{path}: {self.url} sent {exc.what}")
+        if _head_refused(exc):
+            return BadAnswer(f"{path}: {self.url} sent {_said(exc)}")
+        if isinstance(exc, aiohttp.ServerTimeoutError):
+            said = f"nothing for {self.timeout:g} s"
+        elif isinstance(exc, TimeoutError):  # aiohttp's total: the request's deadline
+            said = f"no complete answer within {self.deadline:g} s"
+        elif isinstance(exc, aiohttp.ServerDisconnectedError) and not answered:
+            said = "the server closed the connection without an answer"
+        elif isinstance(exc, aiohttp.ClientConnectorError):  # the system's words, as in `connection refused`
+            said = printable(str(exc.os_error))
+        else:
+            said = _said(exc)
         what = "the answer broke off" if answered else "no answer"
-        return ServerError(f"{path}: {what} from {self.url}: {printable(str(exc)) or type(exc).__name__}")
+        return ServerError(f"{path}: {what} from {self.url}: {said}")
 
     async def events(self, path: str, body: dict) -> AsyncIterator[tuple[float, dict]]:
         """POST `body` to `path` with a stream in return: each server-sent event with the perf_counter
         reading at which its bytes arrived. A kept-alive connection that the server had closed is
-        replaced once, before anything was read."""
+        replaced once, before anything was read (aiohttp retries only idempotent methods itself)."""
         for attempt in range(2):
             try:
-                async for item in self._events(path, body, reuse=attempt == 0):
+                async for item in self._events(path, body, retry=attempt == 0):
                     yield item
                 return
             except _Stale:
                 continue
 
-    async def _events(self, path: str, body: dict, reuse: bool) -> AsyncIterator[tuple[float, dict]]:
-        req = _Request(self.timeout, self.deadline)
-        kept = self._kept() if reuse else None
-        reused = kept is not None
-        reader, writer = kept or (None, None)
+    async def _events(self, path: str, body: dict, retry: bool) -> AsyncIterator[tuple[float, dict]]:
+        context = {"reused": False}
         answered = False  # once the server answered, a broken connection is its failure, not a stale one
         try:
-            if not reused:
-                reader, writer = await self._open(req)
-            writer.write(self._request_head("POST", path, json.dumps(body).encode(), close=False))
-            await req.read(writer.drain())
-            status, headers = await _head(req, reader)
-            answered = True
-            if len(status) < 2 or status[1] != b"200":
-                detail = (await req.read(reader.read(500))).decode(errors="replace")
-                raise ServerError(printable(f"{path}: HTTP {b' '.join(status[1:]).decode(errors='replace').strip()}: "
-                                            f"{detail}"))
-            unfinished = bytearray()
-            async for data in _body(req, reader, headers):
-                now = time.perf_counter()
-                for event in sse_events(split_lines(unfinished, data)):
-                    yield now, event
-            if headers.get("transfer-encoding") == "chunked" and headers.get("connection") != "close":
-                self.idle.append((reader, writer))
-                writer = None
-        except (OSError, asyncio.IncompleteReadError, BadAnswer) as exc:  # a read's timeout is an OSError too
-            if reused and not answered and isinstance(exc, ConnectionError):
+            async with self._request("POST", path, body, context) as response:
+                answered = True
+                if response.status != 200:
+                    detail = (await response.content.read(500)).decode(errors="replace")
+                    raise ServerError(printable(f"{path}: HTTP {response.status} {response.reason or ''}: "
+                                                f"{detail}"))
+                unfinished = bytearray()
+                async for data in _pieces(response):
+                    now = time.perf_counter()
+                    for event in sse_events(split_lines(unfinished, data)):
+                        yield now, event
+        except (OSError, aiohttp.ClientError, BadAnswer) as exc:  # a timeout is an OSError too
+            if retry and context["reused"] and not answered and \
+                    isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
                 raise _Stale from exc
             raise self._failure(path, exc, answered) from None
-        finally:
-            if writer is not None:
-                writer.close()
+
+
+class _Stale(Exception):
+    """A kept-alive connection the server had closed before our request reached it."""
 
 
 @dataclass
@@ -371,7 +303,8 @@ class Server:
         self.requests += 1
 
         async def one():
-            return await Connections(self.url, timeout or self.timeout).fetch(method, path, body)
+            async with Connections(self.url, timeout or self.timeout) as conns:
+                return await conns.fetch(method, path, body)
 
         try:
             return asyncio.run(one())

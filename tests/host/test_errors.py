@@ -1,5 +1,6 @@
 """cookbook/host/errors.py: the one mapping from what reaches a task's edge to the README's exit codes and
-the `error:`/`fix:` lines; an OSError's code by what failed: the network's (3) or a path's (2)."""
+the `error:`/`fix:` lines, text from outside made printable; an OSError's code by what failed: the
+network's (3) or a path's (2)."""
 
 import socket
 import ssl

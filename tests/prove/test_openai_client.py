@@ -58,6 +58,7 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self.server.accepted += 1
+        self.answered = False  # on this connection
 
     def chunk(self, data: bytes):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -65,9 +66,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         mode = body.get("mode")
-        if mode == "silent":  # closed without a status line
-            self.close_connection = True
+        if mode == "silent" or (mode == "once" and self.answered):  # closed without a status line
+            self.close_connection = True  # "once": as a server whose idle timeout fired as the request came
             return
+        self.answered = True
         if mode == "refuse":
             data = b'{"error": "no such model"}'
             self.send_response(404)
@@ -132,6 +134,16 @@ def test_a_connection_the_server_dropped_is_replaced(local_server):
     assert local_server.accepted == 2
 
 
+def test_a_kept_alive_connection_closed_under_the_request_is_replaced_once(local_server):
+    url = f"http://127.0.0.1:{local_server.server_port}"
+    out = post_all(url, [{"n": 1, "mode": "once"}, {"n": 2, "mode": "once"}])
+    assert [len(events) for events in out] == [1, 2]
+    assert local_server.accepted == 2
+    # Once: a server that closes every connection it is sent a request on is a server that does not answer.
+    (failed,) = post_all(url, [{"mode": "silent"}])
+    assert isinstance(failed, ServerError) and local_server.accepted == 3
+
+
 @pytest.mark.parametrize("mode,words", [("refuse", "HTTP 404.*no such model"),
                                         ("silent", "no answer.*closed the connection without an answer"),
                                         ("die", "broke off.*ended before its last chunk")])
@@ -174,7 +186,9 @@ print(json.dumps({"error": error, "seconds": time.monotonic() - start,
 
 
 @pytest.mark.parametrize("mode,words", [
-    ("huge-chunk", "a chunk of 1099511627776 bytes, past the 268435456 bytes"),
+    # aiohttp never buffers a chunk whole: its bytes count against the line and the answer as they come.
+    ("huge-chunk", "a line of the event stream longer than 16777216 bytes"),
+    ("long-answer", "an answer longer than 268435456 bytes"),
     ("long-line", "a line of the event stream longer than 16777216 bytes"),
     ("long-header", "a header line longer than 65536 bytes"),
     ("many-headers", "more than 100 header lines"),
@@ -217,7 +231,26 @@ def test_a_garbage_model_list_is_the_servers_failure(hostile_url, mode, kind, wo
     assert caught.value.exit_code == 3
 
 
-def test_json_answers_are_bounded_too(hostile_url):
+def test_an_answer_that_is_not_http_is_a_bad_answer(hostile_url):
+    with pytest.raises(BadAnswer, match=r"/v1/models: .* sent an answer that is not HTTP/1.1 \(Bad status line.*SSH"):
+        Server.connect(f"{hostile_url}/not-http", timeout=10)
+
+    async def run():
+        async with Connections(f"{hostile_url}/bad-chunk", timeout=10) as conns:
+            return [event async for _, event in conns.events("/v1/completions", {})]
+
+    with pytest.raises(BadAnswer, match=r"not HTTP/1.1 \(Invalid character in chunk size: b'zz'\)"):
+        asyncio.run(run())
+
+
+@pytest.mark.parametrize("mode,words", [
+    ("long-header", "a header line longer than 65536 bytes"),
+    ("many-headers", "more than 100 header lines"),
+    ("huge-length", "a Content-Length of 1099511627776, past the 268435456 bytes"),
+])
+def test_json_answers_are_bounded_too(hostile_url, mode, words):
     """/v1/models and the other JSON requests go through the same bounded reader as the streams."""
-    with pytest.raises(BadAnswer, match="a header line longer than 65536 bytes"):
-        Server.connect(f"{hostile_url}/long-header", timeout=10)
+    start = time.monotonic()
+    with pytest.raises(BadAnswer, match=words):
+        Server.connect(f"{hostile_url}/{mode}", timeout=10)
+    assert time.monotonic() - start < 5
