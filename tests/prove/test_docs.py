@@ -407,7 +407,8 @@ def test_a_capacity_file_that_is_not_the_labs_is_a_clear_error(tmp_path, monkeyp
         docs.capacity(fake)
 
 
-CHECKOUT = ("cookbook", "recipes", "fixes", "docs", "dockerfiles", "tasks.py", "mkdocs.yml", "pyproject.toml")
+CHECKOUT = ("cookbook", "inimage", "recipes", "fixes", "docs", "dockerfiles", "tasks.py", "mkdocs.yml",
+            "pyproject.toml")
 
 
 def checkout_copy(tmp_path) -> Path:

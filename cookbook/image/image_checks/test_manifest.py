@@ -4,7 +4,7 @@ an image that may not be published says so."""
 
 import pytest
 
-from cookbook.recipe.fixes import fixplan
+from inimage import fixplan
 
 
 @pytest.fixture(scope="module")
