@@ -12,7 +12,7 @@ PACK_FORMAT = 1
 
 
 def load_pack(path):
-    """The parsed pack and the sha256 of its bytes; refuses a pack this script cannot rely on."""
+    """The parsed pack and the sha256 of its bytes; refuses a pack the applier cannot rely on."""
     raw = read_bytes(path)
     if raw is None:
         raise PackError(f"no pack at {path}: generate it with the cookbook, or pass --pack PATH")
@@ -48,7 +48,7 @@ def entries_problem(entries, fields):
 
 
 def pack_problem(pack):
-    """The first structural problem of a pack, or None. Checks only what this script relies on."""
+    """The first structural problem of a pack, or None. Checks only what the applier relies on."""
     if not isinstance(pack, dict):
         return "not a JSON object"
     if pack.get("format") != PACK_FORMAT:
