@@ -2,10 +2,10 @@
 this image, check them, revert them, or list a profile.
 
 It runs inside the image at build time and at every start (--check), with the image's own Python, so
-this whole package uses the standard library only. The image runs it by module name from its own
-folder, fixplan.IMAGE_LIB: `env -C LIB python3 -B -m inimage.apply ...` (fixplan.apply_argv); -m puts the working
-folder first on sys.path, so that folder is this package's, never the base's working directory. It
-reads pack.json (generated on the host from fixes/*/fix.yaml and fixes/profiles/*.yaml; by default
+this whole package uses the standard library only. The image runs it by module name from the folder
+that holds the package (fixplan.apply_argv: `env -C IMAGE_LIB python3 -B -m inimage.apply ...`): -m
+puts the working folder first on sys.path, so that folder is this package's, never the base's working
+directory. It reads pack.json (generated on the host from fixes/*/fix.yaml and fixes/profiles/*.yaml; by default
 fixplan.PACK) and works all or nothing. Which fixes a selection gets, their requirements and the HPU
 mode are decided by fixplan, the module the cookbook imports on the host too.
 
