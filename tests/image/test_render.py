@@ -317,9 +317,8 @@ def test_the_fix_step_is_exec_form():
 def test_the_context_holds_inimage_whole_and_the_image_runs_it_by_module_name(tmp_path):
     """Every module of the package, byte for byte, in lib/inimage/, copied to the image before the fix
     step; the rules' cookbook modules at their own paths after it; the entrypoint's start-up check
-    runs the package by module name too. Run from the rendered context with the standard library alone
-    (-E -s -S: no site-packages, no environment; -I would also drop the working folder -m runs from), the
-    applier lists the context's own pack and the entrypoint's guard imports."""
+    runs the package by module name too. Run from the rendered context, the applier lists the context's
+    own pack, and the entrypoint's guard imports with the standard library alone (-I -S)."""
     files = files_for("qwen3.5-27b-fp8")
     package = {p.name: p.read_bytes() for p in ENGINE.glob("*.py")}
     assert {rel.removeprefix("lib/inimage/"): data for rel, data in files.items()
@@ -333,9 +332,17 @@ def test_the_context_holds_inimage_whole_and_the_image_runs_it_by_module_name(tm
     fix_check = next(line for line in files["entrypoint.py"].decode().splitlines() if line.startswith("FIX_CHECK ="))
     assert json.loads(fix_check.split("=", 1)[1].split("  #")[0]) == fixplan.apply_argv("--check")
     ctx = render.write_context(files, tmp_path / "ctx")
-    listed = subprocess.run([sys.executable, "-E", "-s", "-S", "-B", "-m", "inimage.apply", "--list", "--pack",
-                             str(ctx / "fixes" / "pack.json")], cwd=ctx / "lib", capture_output=True, text=True)
+    # The image's own command line, its lib/ made the context's, started from a working folder holding a
+    # decoy inimage (as a base's WORKDIR might hold a checkout): the copied package runs, never the decoy.
+    (tmp_path / "decoy" / "inimage").mkdir(parents=True)
+    (tmp_path / "decoy" / "inimage" / "__init__.py").write_text("")
+    (tmp_path / "decoy" / "inimage" / "apply.py").write_text("print('decoy')\n")
+    argv = fixplan.apply_argv("--list", "--pack", str(ctx / "fixes" / "pack.json"))
+    assert argv[:3] == ["env", "-C", fixplan.IMAGE_LIB]
+    argv[2] = str(ctx / "lib")
+    listed = subprocess.run(argv, cwd=tmp_path / "decoy", capture_output=True, text=True)
     assert listed.returncode == 0 and "gdn-prefix-cache" in listed.stdout, listed.stderr
+    assert "decoy" not in listed.stdout
     guard = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, 'lib'); "
                             "from cookbook.recipe import runtime; print(runtime.rules.fixplan.__file__)"],
                            cwd=ctx, capture_output=True, text=True)
