@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cookbook.host import engine
 from cookbook.image import render, standin, steps  # noqa: E402
 from cookbook.recipe import recipes
-from cookbook.recipe.fixes import fixplan  # noqa: E402
+from inimage import fixplan  # noqa: E402
 
 RID = "qwen3.5-27b-fp8"
 
@@ -88,10 +89,10 @@ def main() -> None:
               f"ran: {ran} (ENV, LABEL and the like are metadata, not steps)")
 
     image = built.image_id
-    cmd = f"python3 {fixplan.APPLY_ALL} --check"
+    cmd = shlex.join(fixplan.apply_argv("--check"))
     shell = f"for i in 1 2 3 4 5; do s=$(date +%s%N); {cmd} >/dev/null; e=$(date +%s%N); echo $(((e-s)/1000000)); done"
     out = engine.docker("run", "--rm", "--entrypoint", "sh", image, "-c", shell).stdout.split()
-    print(f"apply_all --check in the image (whole process, wall): {', '.join(out)} ms over 5 runs")
+    print(f"inimage.apply --check in the image (whole process, wall): {', '.join(out)} ms over 5 runs")
 
 
 
@@ -133,8 +134,9 @@ def measure_full_pack() -> None:
         with contextlib.redirect_stdout(io.StringIO()):
             built = steps.build_recipe(RID, use_standin=True, repo="cookbook-bench")
         del os.environ["COOKBOOK_FIXES_DIR"]
-    shell = (f"cd {fixplan.IMAGE_FIXES}; for i in 1 2 3; do python3 apply_all.py --revert --quiet >/dev/null; "
-             "s=$(date +%s%N); PT_HPU_LAZY_MODE=0 python3 apply_all.py --profile v0.26.0 --quiet >/dev/null; "
+    revert = shlex.join(fixplan.apply_argv("--revert", "--quiet"))
+    apply = shlex.join(fixplan.apply_argv("--profile", "v0.26.0", "--quiet", env={"PT_HPU_LAZY_MODE": "0"}))
+    shell = (f"for i in 1 2 3; do {revert} >/dev/null; s=$(date +%s%N); {apply} >/dev/null; "
              "e=$(date +%s%N); echo $(( (e-s)/1000000 )); done")
     out = engine.docker("run", "--rm", "--entrypoint", "sh", built.image_id, "-c", shell).stdout.split()
     record = engine.docker("run", "--rm", "--entrypoint", "cat", built.image_id, fixplan.RECORD)

@@ -1,18 +1,21 @@
 """The layout shows the pipeline: cookbook/ by stage, a lower stage never imports a higher one (imports
 read with ast, those inside functions too), each stage says what it owns and may import, and the tests
-mirror the layout."""
+mirror the layout. Below every stage, inimage/ (the code the image runs) imports the standard library
+and itself only."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 from cookbook.host.paths import ROOT
 
-# Low to high; the package root (chain.py) is above them all.
+# Low to high; the package root (chain.py) is above them all. inimage/ is below them all.
 STAGES = ("host", "recipe", "image", "prove", "fixpack", "release")
+INIMAGE = "inimage"
 
 
 def rank(module: str) -> int:
@@ -49,6 +52,40 @@ def violations(root: Path) -> list[str]:
     return found
 
 
+def outside_the_stdlib(root: Path) -> list[str]:
+    """Every import of inimage/ that is neither the standard library nor inimage itself, anywhere in a
+    file (inside functions and try blocks too): the image's Python has none of the cookbook's dependencies."""
+    found = []
+    for path in sorted((root / INIMAGE).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [] if node.level else [node.module]
+            else:
+                continue
+            found += [f"{path.relative_to(root)} imports {name}" for name in names
+                      if name.split(".")[0] not in (*sys.stdlib_module_names, INIMAGE)]
+    return found
+
+
+def test_inimage_imports_the_standard_library_and_itself_only():
+    assert (ROOT / INIMAGE / "__init__.py").is_file()
+    assert outside_the_stdlib(ROOT) == []
+
+
+@pytest.mark.parametrize("source, found", [
+    ("import yaml", ["inimage/x.py imports yaml"]),
+    ("def f():\n    try:\n        import yaml\n    except ImportError:\n        pass", ["inimage/x.py imports yaml"]),
+    ("from cookbook.recipe import fixes", ["inimage/x.py imports cookbook.recipe"]),
+    ("import importlib.metadata, json\nfrom . import fixplan\nfrom inimage.pack import load_pack", []),
+])
+def test_the_stdlib_test_sees_a_foreign_import(tmp_path, source, found):
+    (tmp_path / INIMAGE).mkdir()
+    (tmp_path / INIMAGE / "x.py").write_text(source + "\n")
+    assert outside_the_stdlib(tmp_path) == found
+
+
 def test_a_lower_stage_never_imports_a_higher_one():
     assert violations(ROOT) == []
 
@@ -75,11 +112,12 @@ def test_every_module_sits_in_a_stage_that_says_what_it_owns_and_may_import():
 
 def test_the_tests_mirror_the_layout():
     where = {p.stem: p.parent.name for p in (ROOT / "cookbook").glob("*/*.py") if p.stem != "__init__"}
+    where.update({p.stem: INIMAGE for p in (ROOT / INIMAGE).glob("*.py") if p.stem != "__init__"})
     where.update({p.name: p.parent.name for p in (ROOT / "cookbook").glob("*/*") if (p / "__init__.py").is_file()})
     misplaced = [str(t.relative_to(ROOT)) for t in (ROOT / "tests").glob("**/test_*.py")
                  if "lab" not in t.relative_to(ROOT / "tests").parts[:1]
                  and t.stem.removeprefix("test_") in where
                  and t.parent.name != where[t.stem.removeprefix("test_")]]
     assert misplaced == []
-    for stage in STAGES:
+    for stage in (*STAGES, INIMAGE):
         assert (ROOT / "tests" / stage / "__init__.py").is_file()

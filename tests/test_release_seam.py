@@ -16,7 +16,7 @@ import yaml
 
 from cookbook.fixpack import fix_lab
 from cookbook.host.names import IMAGE_REPO
-from cookbook.host.paths import FIXES, RELEASES
+from cookbook.host.paths import ENGINE, FIXES, RELEASES
 from cookbook.image import render, steps
 from cookbook.prove import smoke
 from cookbook.recipe import fixes, recipes, release
@@ -73,7 +73,7 @@ def test_a_second_release_validates_and_renders_as_data_alone(second_release, tm
 
 
 def test_the_lab_lays_out_the_second_release(second_release, tmp_path, upstream_cache):
-    """The lab's tree is the release's sources under the release's versions: the pack's own apply_all.py,
+    """The lab's tree is the release's sources under the release's versions: the pack's own applier (inimage.apply),
     given the profile's pins, finds them installed and every target pristine (--dry-run changes nothing)."""
     tree = fix_lab.make_tree(tmp_path / "tree", NEW)
     assert (tree / "vllm_gaudi-0.27.0.dist-info").is_dir()
@@ -83,6 +83,7 @@ def test_the_lab_lays_out_the_second_release(second_release, tmp_path, upstream_
     for rel, data in fixes.pack_files(NEW, generic).items():
         (pack / rel).parent.mkdir(parents=True, exist_ok=True)
         (pack / rel).write_bytes(data)
-    proc = subprocess.run([sys.executable, str(FIXES / "apply_all.py"), "--profile", NEW, "--site", str(tree),
-                           "--pack", str(pack / "pack.json"), "--dry-run"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-B", "-m", "inimage.apply", "--profile", NEW, "--site", str(tree),
+                           "--pack", str(pack / "pack.json"), "--dry-run"], capture_output=True, text=True,
+                          cwd=ENGINE.parent)
     assert proc.returncode == 0, proc.stderr + proc.stdout

@@ -4,7 +4,7 @@ The pack's pristine hashes come from the release's wheel and tag; a real base ma
 builds vLLM from source). The base is never run: `docker create` makes a container that is only read,
 `docker cp` takes each target file out of it, and the container is removed by the id it got, on success,
 on an error, on Ctrl-C and on SIGTERM. Each file is compared with its pristine sha256, and the pack is
-applied in order to a scratch copy of the files with the host's `fixes.verify` code (fixes/apply_all.py's
+applied in order to a scratch copy of the files with the host's `fixes.verify` code (inimage's
 own patch tool). Fix by fix: matches, differs but applies (with the diff of the pristine file against the
 base's under build/fixes-verify/), or does not apply (why).
 """
@@ -33,7 +33,7 @@ from .fix_verify import patch_verdict
 
 MATCHES, DIFFERS, NO_APPLY, NOT_WRITTEN = "matches", "differs but applies", "does not apply", "not written"
 # The pack applies, but not to the files it was recorded against: a build on this base still refuses it
-# (apply_all.py checks the pristine hashes first). Not 1: nothing conflicts; not 0: the build would fail.
+# (the applier checks the pristine hashes first). Not 1: nothing conflicts; not 0: the build would fail.
 EXIT_DIFFERS = PACK_DIFFERS
 MARKER = ".cookbook-fixes-verify"
 ROLE = "fixes-verify"

@@ -30,6 +30,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from inimage import versions
+
 from ..host import upstream
 from ..host.errors import PackFailure, UpstreamError, UsageError, printable
 from ..host.paths import ROOT
@@ -220,7 +222,7 @@ def carries(name: str, spec: fixes.FixSpec, roots: dict[str, Path], fixes_dir: P
 def recorded_fix(upstream: fixes.Upstream, ref: str) -> str:
     """What fix.yaml records of the releases that fix the bug (each merged fix with `fixed_in`), and,
     where REF is a release tag, whether REF is that release or later."""
-    key = fixes.patch_applier().version_key
+    key = versions.version_key
     said = []
     for found in upstream.found:
         if not found.fixed_in:

@@ -2,7 +2,7 @@
 
 A tree is a site-packages folder laid out as the image has it (vLLM's and vllm-gaudi's Python files
 from the upstream cache, with their install metadata). The patched tree is made by the project's
-own `fixes/apply_all.py` applying the pack to a pristine tree, so the lab tests exactly what an
+own applier (`python -m inimage.apply`) applying the pack to a pristine tree, so the lab tests exactly what an
 image gets. The lab's tests (`tests/lab/`) run in the lab's own environment (scripts/fix-lab.sh:
 CPU torch and vLLM's pure-Python requirements) with the tree first on the path; each fix's module,
 `tests/lab/test_fix_<name>.py`, must fail on the pristine tree and pass on the patched one.
@@ -20,10 +20,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inimage import fixplan
+
 from ..host import paths, signals, upstream
 from ..host.errors import CookbookError, PackFailure, UsageError
 from ..host.names import Label
-from ..host.paths import FIXES, ROOT
+from ..host.paths import ENGINE, ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
 from ..image import standin
@@ -95,7 +97,7 @@ def make_tree(dest: Path, profile_name: str | None = None, patched: bool = False
               fixes_dir: Path | None = None, only: list[str] | None = None,
               base_files: dict[tuple[str, str], bytes] | None = None) -> Path:
     """A site-packages tree of the release at `dest`; with `patched`, the profile's written fixes
-    (opt-ins included; with `only`, those fixes and what they require) applied by apply_all.py exactly
+    (opt-ins included; with `only`, those fixes and what they require) applied by inimage.apply exactly
     as an image build applies them. `base_files` {(package, path): bytes} replace the release's files
     first: a base image's own target files, as `fixes.rebase` proves a candidate pack on them."""
     profile_name = release.profile_or_default(profile_name)
@@ -125,7 +127,7 @@ def with_requirements(names: list[str], fixes_dir: Path | None = None) -> list[s
 
 def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_dir: Path,
                names: list[str] | None = None) -> None:
-    """apply_all.py on `site` with the profile's written fixes, or those of `names` in pack order."""
+    """inimage.apply on `site` with the profile's written fixes, or those of `names` in pack order."""
     chosen = [n for n in profile.order if names is None or n in names]
     present = fixes.resolve(profile, chosen, fixes_dir)
     with tempfile.TemporaryDirectory(prefix="cookbook-labpack.") as tmp:
@@ -136,9 +138,11 @@ def apply_pack(site: Path, profile_name: str, profile: fixes.ProfileSpec, fixes_
         opt_in = [n for n in present if n in profile.opt_in]
         # The lab's Python, the one that imports the tree: a fix's dependency ranges are checked on its path.
         python = environment() / "bin" / "python"
-        cmd = [str(python), str(FIXES / "apply_all.py"), "--profile", profile_name, *opt_in, "--site", str(site),
+        # Run by module name from the folder that holds inimage, as the image runs it from its lib/.
+        cmd = [str(python), "-B", "-m", fixplan.APPLY_MODULE, "--profile", profile_name, *opt_in, "--site", str(site),
                "--pack", str(Path(tmp) / "pack.json"), "--record", str(site / "fix-record.json"), "--quiet"]
-        proc = signals.run(cmd, capture_output=True, text=True, env=minimal_env(os.environ, **APPLY_ENV))
+        proc = signals.run(cmd, capture_output=True, text=True, cwd=ENGINE.parent,
+                           env=minimal_env(os.environ, **APPLY_ENV))
     if proc.returncode != 0:
         what = "the fix pack" if names is None else ", ".join(present)
         raise LabError(f"{what} does not apply to the pristine release in the lab:\n"

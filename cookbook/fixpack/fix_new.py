@@ -2,7 +2,7 @@
 
 The patch is the diff between the edited copy and the pristine release with the pack's earlier fixes
 applied (patches apply in order, each on top of those before it); the targets carry the pristine
-sha256 of each changed file, which is what apply_all.py checks an image against."""
+sha256 of each changed file, which is what the applier checks an image against."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from pathlib import Path
 
 import yaml
 
+from inimage import fixplan
+
 from ..host.errors import FixError, UsageError
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
 from ..recipe import fixes, release
-from ..recipe.fixes import fixplan
 from .fix_sources import apply_patch, package_roots, stage, targets_of
 
 PLACEHOLDER = "TODO"

@@ -2,7 +2,7 @@
 pristine ones but still take the patches (at an offset).
 
 The base's target files are read as `fixes.verify --base` reads them (fix_base: `docker create`, never
-run). The pack is applied in order to a scratch copy of them with apply_all.py's own patch tool; each
+run). The pack is applied in order to a scratch copy of them with the image's applier's own patch tool; each
 patch of a fix that differs is written again as the diff between the files before and after it, so it
 applies to the base's files with no offset, and the fix's pristine sha256 become the base's. The
 candidate is a whole fixes folder (profiles/, every fix, pack.json) under build/fixes-rebase/IMAGE/,

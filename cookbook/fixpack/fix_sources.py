@@ -6,9 +6,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from inimage import patches
+
 from ..host import upstream
 from ..host.errors import FixError
-from ..recipe.fixes import FixSpec, ProfileSpec, patch_applier, pins_of
+from ..recipe.fixes import FixSpec, ProfileSpec, pins_of
 
 
 def package_roots(profile: ProfileSpec) -> dict[str, Path]:
@@ -30,11 +32,10 @@ def stage(roots: dict[str, Path], files: set[tuple[str, str]], dest: Path) -> No
 def apply_patch(fix_folder: Path, name: str, file: str, package: str, staging: Path, *,
                 reverse: bool = False, check_only: bool = False) -> tuple[bool, str]:
     """Run the image's patch applier's own patch tool on one patch inside the staging copy."""
-    e = patch_applier()
-    tool = e.find_patch_tool()
+    tool = patches.find_patch_tool()
     cwd = staging / package
     cwd.mkdir(parents=True, exist_ok=True)
-    return e.run_patch_tool(tool, str(fix_folder / name / file), str(cwd), str(staging), reverse, check_only)
+    return patches.run_patch_tool(tool, str(fix_folder / name / file), str(cwd), str(staging), reverse, check_only)
 
 
 def targets_of(specs: dict[str, FixSpec]) -> set[tuple[str, str]]:

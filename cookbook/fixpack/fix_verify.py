@@ -7,10 +7,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from inimage import fixplan
+
 from ..host.errors import PackFailure, UsageError
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..recipe import fixes, release
-from ..recipe.fixes import fixplan
 from .fix_sources import apply_patch, package_roots, stage, targets_of
 
 
@@ -74,7 +75,7 @@ def _verify_one(name: str, spec: fixes.FixSpec, roots: dict[str, Path], staging:
 
 
 def patch_verdict(name: str, spec: fixes.FixSpec, staging: Path, fixes_dir: Path) -> Outcome:
-    """Apply a fix's patches in order to the staged files, as apply_all.py does (a fix may split one
+    """Apply a fix's patches in order to the staged files, as the applier does (a fix may split one
     file's change into several patches, each made against the ones before it), so the fixes after it
     see the tree they were made against. On the first patch that does not apply, take back the ones
     applied and say why. Also what `fixes.drift` asks of a newer release."""

@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import inimage
+
 from .names import PROJECT
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
-FIXES = ROOT / "fixes"  # the fix engine (apply_all.py) always comes from here
+FIXES = ROOT / "fixes"
+# The image's own package (the fix pack's applier and fixplan), always the one this Python imports:
+# copied whole into every build context, and run by the fix lab from the folder holding it.
+ENGINE = Path(inimage.__file__).resolve().parent
 DOCKERFILES = ROOT / "dockerfiles"
 RELEASES = ROOT / "releases"
 
@@ -25,7 +30,7 @@ def cache_dir() -> Path:
 
 def fixes_dir() -> Path:
     """The fix pack: fix folders and profiles. COOKBOOK_FIXES_DIR points elsewhere (tests use a pack
-    they make); the engine, fixes/apply_all.py, is always this checkout's."""
+    they make); the applier that reads it is always ENGINE."""
     env = os.environ.get("COOKBOOK_FIXES_DIR")
     return Path(env).resolve() if env else FIXES
 

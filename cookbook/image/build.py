@@ -92,7 +92,7 @@ def ensure_base(base: Base) -> None:
 
 
 def verify_hint(tail: list[str], base_ref: str) -> str | None:
-    """When apply_all.py refused the base's files (a target not the pristine file, or missing), name the
+    """When the applier (inimage.apply) refused the base's files (a target not the pristine file, or missing), name the
     command that shows, fix by fix and with diffs, how the base differs from what the pack was made on."""
     refused = any("apply_all: " in line and ("the pristine release file has" in line or " is missing: " in line)
                   for line in tail)

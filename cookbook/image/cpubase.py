@@ -19,12 +19,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from inimage import fixplan
+
 from ..host import engine, signals
 from ..host.errors import BuildError
 from ..host.names import IMAGE_REPO, PROJECT
 from ..host.paths import ROOT, cache_dir
 from ..host.progress import say
-from ..recipe.fixes import fixplan
 from . import render, standin
 
 PYTHON = "3.11"

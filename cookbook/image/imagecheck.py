@@ -12,12 +12,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from inimage import fixplan
+
 from ..host import engine, signals
 from ..host.errors import CheckFailure
 from ..host.names import Label
 from ..host.paths import cache_dir
 from ..host.progress import say
-from ..recipe.fixes import fixplan
 from ..recipe.recipes import LoadedRecipe
 from . import build, render, steps
 

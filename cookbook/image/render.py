@@ -25,31 +25,25 @@ from pathlib import Path
 
 import jinja2
 
+from inimage import fixplan
+
 from ..host import grammar, outdir, paths
 from ..host.errors import UsageError
 from ..host.names import OCI, Label
-from ..host.paths import DOCKERFILES, FIXES, ROOT
+from ..host.paths import DOCKERFILES, ROOT
 from ..recipe import derive, fixes
-from ..recipe.fixes import fixplan
 from ..recipe.recipes import LoadedRecipe
 from ..recipe.schema import Serve
 
-# Shipped beside each other in every context: apply_all.py imports fixplan.py.
-ENGINE_FILES = ("apply_all.py", "fixplan.py")
-EXECUTABLE = {"entrypoint.py", "fixes/apply_all.py"}
-IMAGE_PATHS = {"home": fixplan.IMAGE_HOME, "fixes": fixplan.IMAGE_FIXES, "record": fixplan.RECORD,
-               "manifest": fixplan.MANIFEST, "entrypoint": fixplan.ENTRYPOINT, "apply_all": fixplan.APPLY_ALL}
-# The cookbook modules the entrypoint runs the rules with (standard library only), shipped as they are.
-# rules.py selects fixes with fixplan, shipped beside them as lib/cookbook/fixplan.py (the same file).
-RUNTIME_MODULES = ("__init__.py", "grammar.py", "derive.py", "rules.py", "runtime.py")
-# Where each of them is in this checkout (the image has them side by side in lib/cookbook/).
-RUNTIME_SOURCES = {
-    "__init__.py": "__init__.py",
-    "derive.py": "recipe/derive.py",
-    "grammar.py": "host/grammar.py",
-    "rules.py": "recipe/rules.py",
-    "runtime.py": "recipe/runtime.py",
-}
+# The image's own package (inimage: the applier and fixplan), copied whole into lib/ and run by module
+# name (fixplan.apply_argv); standard library only, so the image's Python runs it as it is.
+ENGINE_LIB = f"lib/{paths.ENGINE.name}"
+EXECUTABLE = {"entrypoint.py"}
+IMAGE_PATHS = {"home": fixplan.IMAGE_HOME, "fixes": fixplan.IMAGE_FIXES, "lib": fixplan.IMAGE_LIB,
+               "record": fixplan.RECORD, "manifest": fixplan.MANIFEST, "entrypoint": fixplan.ENTRYPOINT}
+# The cookbook modules the entrypoint runs the rules with (standard library and inimage only), shipped
+# at their paths in this checkout's cookbook/, so their imports read the same in the image.
+RUNTIME_MODULES = ("__init__.py", "recipe/__init__.py", "recipe/derive.py", "recipe/rules.py", "recipe/runtime.py")
 RUNTIME_DATA = "runtime.json"
 # Written into every rendered folder: the only folders `write_context` will ever replace.
 MARKER = ".cookbook-render"
@@ -125,10 +119,10 @@ def apply_command(loaded: LoadedRecipe, selection: fixes.Selection) -> list[str]
     needed = {k: runtime.get(k, "") for k in selection.env}
     if fixplan.LAZY_VAR in runtime:
         needed[fixplan.LAZY_VAR] = runtime[fixplan.LAZY_VAR]  # the mode decides which fixes apply
-    # Opt-ins not written yet are not named: apply_all refuses a fix its pack does not carry, and
-    # the manifest and labels list them as not written. -B: no bytecode of fixplan.py in the layer.
-    return ["env", *(f"{k}={v}" for k, v in sorted(needed.items())), "python3", "-B", fixplan.APPLY_ALL,
-            "--profile", loaded.recipe.fixes.profile, *selection.named_opt_ins, "--record", fixplan.RECORD]
+    # Opt-ins not written yet are not named: the applier refuses a fix its pack does not carry, and
+    # the manifest and labels list them as not written.
+    return fixplan.apply_argv("--profile", loaded.recipe.fixes.profile, *selection.named_opt_ins,
+                              "--record", fixplan.RECORD, env=needed)
 
 
 def manifest(loaded: LoadedRecipe, base: Base, selection: fixes.Selection, fix_hashes: dict[str, str],
@@ -240,16 +234,14 @@ def context_files(loaded: LoadedRecipe, base: Base, fixes_dir: Path | None = Non
     files: dict[str, bytes] = {}
     files.update({f"fixes/{rel}": data
                   for rel, data in fixes.pack_files(r.fixes.profile, list(present), fixes_dir).items()})
-    for name in ENGINE_FILES:
-        files[f"fixes/{name}"] = (FIXES / name).read_bytes()
+    files.update(engine_files())
     env = templates()
     for module in RUNTIME_MODULES:
-        files[f"lib/cookbook/{module}"] = (paths.ROOT / "cookbook" / RUNTIME_SOURCES[module]).read_bytes()
-    files["lib/cookbook/fixplan.py"] = (FIXES / "fixplan.py").read_bytes()
+        files[f"lib/cookbook/{module}"] = (paths.ROOT / "cookbook" / module).read_bytes()
     files[RUNTIME_DATA] = (json.dumps(runtime_data(loaded), indent=1, sort_keys=True) + "\n").encode()
     files["entrypoint.py"] = env.get_template("entrypoint.py.j2").render(
         header=header(loaded), m={"recipe": {"id": loaded.id}}, model=r.model.id, port=r.image.port,
-        health_path=r.image.health_path, standin=base.standin, paths=IMAGE_PATHS,
+        health_path=r.image.health_path, standin=base.standin, fix_check=fixplan.apply_argv("--check"),
         command_json=repr(json.dumps(derive.serve_command(r))),
     ).encode()
     m = manifest(loaded, base, selection, fixes.fix_hashes(list(present), fixes_dir), files, allow_unwritten)
@@ -260,6 +252,11 @@ def context_files(loaded: LoadedRecipe, base: Base, fixes_dir: Path | None = Non
         paths=IMAGE_PATHS,
     ).encode()
     return files
+
+
+def engine_files() -> dict[str, bytes]:
+    """The inimage package, every module of it, as the context's lib/inimage/ holds it."""
+    return {f"{ENGINE_LIB}/{p.name}": p.read_bytes() for p in sorted(paths.ENGINE.glob("*.py"))}
 
 
 def content_hash(files: dict[str, bytes]) -> str:

@@ -185,8 +185,7 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
                 for c in everything if c.recipe.extends == loaded.id and c.recipe.adds]
     parent = next((p for p in everything if p.id == r.extends), None)
     checks, scenarios = measured_rows(loaded, smoke, bench, here)
-    apply = f"python3 {fixes.fixplan.APPLY_ALL} --profile {r.fixes.profile}" + "".join(
-        f" {n}" for n in r.fixes.opt_in)
+    apply = shlex.join(fixes.fixplan.apply_argv("--profile", r.fixes.profile, *r.fixes.opt_in))
     figures = [str(Path(loaded.rel_path).parent / CAPACITY)] if (loaded.path.parent / CAPACITY).is_file() else []
     sources = [loaded.rel_path] + figures + [str(results.path_for(loaded.id, k, results.RESULTS).relative_to(ROOT))
                                    for k, run in (("smoke", smoke), ("bench", bench)) if run]
@@ -318,7 +317,7 @@ def index_page(everything: list[LoadedRecipe]) -> str:
 def fixes_page(everything: list[LoadedRecipe], written: set[str]) -> str:
     lines = [f"<!-- {note(['fixes/profiles/', 'fixes/*/fix.yaml', 'recipes/'])} -->", "# Fixes", "",
              "Patches against the exact installed sources of the pinned release, applied in the profile's order "
-             "when an image is built (`fixes/apply_all.py`). A fix not written yet is listed by the profile and "
+             "when an image is built (`python3 -m inimage.apply`). A fix not written yet is listed by the profile and "
              "applied by no image. *Upstream* is where vllm-gaudi, vLLM (and the libraries they use) stand on the "
              "fix's bug: the issues and pull requests found, with their state on the day the trackers were "
              "searched (fix.yaml `upstream`); `invoke fixes.drift --to REF` says which fixes a newer release "

@@ -1,19 +1,17 @@
 """The host side of the fix pack: read profiles and fix.yaml files, check them, resolve order,
-and write the JSON index (`pack.json`) that `fixes/apply_all.py` reads inside the image.
+and write the JSON index (`pack.json`) that the image's applier (`inimage.apply`) reads.
 
-apply_all.py is standard library only, so it cannot read YAML: the host turns the YAML into
+The applier is standard library only, so it cannot read YAML: the host turns the YAML into
 pack.json once, and a test keeps the committed `fixes/pack.json` from drifting. What a selection
-gets, in which order and with which requirements, is fixes/fixplan.py's to say, on both sides:
-the host loads that very file (`fixplan` below) instead of keeping a copy.
+gets, in which order and with which requirements, is inimage.fixplan's to say, on both sides:
+the host imports that very module instead of keeping a copy.
 """
 
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import json
 import re
-import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -21,26 +19,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
+from inimage import fixplan, patches, versions
+
 from ..host import grammar, upstream
 from ..host.errors import FixError, RecipeError, where
-from ..host.paths import FIXES, releases_dir
 from ..host.paths import fixes_dir as default_fixes_dir
+from ..host.paths import releases_dir
 from . import release, yamlsource
 from .release import names as release_names
-
-
-def _load_from_fixes(name: str, file: str):
-    """A standard-library file of fixes/ as a module, loaded once: the host runs the code the image runs."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, FIXES / file)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-# The name apply_all.py imports it by, so the host and a loaded apply_all share one module.
-fixplan = _load_from_fixes("fixplan", "fixplan.py")
 
 SHA256 = r"^[0-9a-f]{64}$"
 PACKAGES = ("vllm_gaudi", "vllm")
@@ -166,7 +152,7 @@ class FixSpec(_Strict):
     patches: list[PatchRef]
     requires: list[StrictStr] = []
     env: dict[StrictStr, StrictStr] = {}
-    # distribution -> version range the patched code needs, e.g. {xgrammar: ">=0.2.4"}; apply_all.py
+    # distribution -> version range the patched code needs, e.g. {xgrammar: ">=0.2.4"}; the applier
     # checks it against the image's pip metadata
     dists: dict[StrictStr, StrictStr] = {}
     modes: list[Literal["compile", "lazy"]] = ["compile", "lazy"]
@@ -262,7 +248,7 @@ def load_fix(name: str, fixes_dir: Path | None = None) -> FixSpec:
                            where=where(path, source.line_of((key,)), key), hint="say it in a sentence or two")
     for dist, range_ in spec.dists.items():
         try:
-            patch_applier().parse_range(range_)
+            versions.parse_range(range_)
         except ValueError as exc:
             raise FixError(f"fix {name}: dists {dist}: {exc}",
                            where=where(path, source.line_of(("dists", dist)), f"dists.{dist}")) from None
@@ -293,23 +279,16 @@ def _validate(model: type[BaseModel], source: yamlsource.Source) -> BaseModel:
     return yamlsource.validated(model, source, FixError)
 
 
-def patch_applier():
-    """fixes/apply_all.py, the patch applier that runs inside the image, as a module: the host reuses
-    its diff reading and patch running instead of keeping a second copy of them. (The Docker engine
-    is cookbook/host/engine.py.)"""
-    return _load_from_fixes("cookbook_apply_all", "apply_all.py")
-
-
 def patch_paths(diff: str) -> list[str]:
     """The files a -p1 unified diff changes, relative to the package root."""
     try:
-        return patch_applier().patch_paths(diff)
+        return patches.patch_paths(diff)
     except ValueError as exc:
         raise FixError(f"not a usable -p1 unified diff: {exc}") from None
 
 
 def resolve(profile: ProfileSpec, selected: list[str], fixes_dir: Path | None = None) -> dict[str, FixSpec]:
-    """The fixes of `selected` that exist, checked against each other by fixplan, the code apply_all.py
+    """The fixes of `selected` that exist, checked against each other by fixplan, the code the applier
     runs: requirements present and earlier in the order, no cycles; and opt-in flags agreeing with the
     profile. A selected fix not written yet counts as present (it is reported as not written)."""
     fixes_dir = fixes_dir or default_fixes_dir()
@@ -346,7 +325,7 @@ class Selection:
 
     @property
     def named_opt_ins(self) -> list[str]:
-        """The opt-ins to name to apply_all.py: it refuses a fix its pack does not carry."""
+        """The opt-ins to name to the applier: it refuses a fix its pack does not carry."""
         return [n for n in self.opt_in if n in self.written]
 
     @property
@@ -397,7 +376,7 @@ def pack_index(profiles: list[str] | None = None, only: list[str] | None = None,
 
 def pack_files(profile: str, names: list[str], fixes_dir: Path | None = None) -> dict[str, bytes]:
     """A self-contained pack of the named fixes, by path relative to the pack folder: pack.json
-    (the profile and those fixes) and their patches, as apply_all.py reads them."""
+    (the profile and those fixes) and their patches, as the applier reads them."""
     fixes_dir = fixes_dir or default_fixes_dir()
     index = pack_index([profile], only=names, fixes_dir=fixes_dir)
     files = {"pack.json": dumps(index).encode()}

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from inimage import fixplan
+
 from ..host import grammar
 from ..host.errors import FixError, RecipeError, where
 from ..host.paths import RECIPES, ROOT
 from . import derive, fixes, release, rules, yamlsource
-from .fixes import fixplan
 from .release import Release
 from .schema import Recipe
 from .yamlsource import KeyPath, Source, dotted

@@ -24,7 +24,7 @@ from . import yamlsource
 from .schema import BaseImage, Ident, Prose, Slug, Strict
 
 COMMIT = r"^[0-9a-f]{40}$"
-# The distribution of each package the pack pins, as pip records it (apply_all.py reads the versions).
+# The distribution of each package the pack pins, as pip records it (the applier, inimage.apply, reads the versions).
 DISTS = {"vllm_gaudi": "vllm_gaudi", "vllm": "vllm"}
 
 

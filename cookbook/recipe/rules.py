@@ -15,15 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from inimage import fixplan
+
 from . import derive
 
 if TYPE_CHECKING:
     from .schema import BucketRange, Recipe
 
-try:  # in the image: lib/cookbook/ ships fixplan.py beside this module (render.RUNTIME_MODULES)
-    from . import fixplan
-except ImportError:  # on the host: the very file fixes/fixplan.py, as cookbook.recipe.fixes loads it
-    from .fixes import fixplan
 
 GDN_FIX = "gdn-prefix-cache"
 DECODE_PAD_FIX = "hybrid-decode-pad"

@@ -356,7 +356,7 @@ def render(loaded: LoadedRecipe, facts: ImageFacts, opts: Options) -> dict[str, 
     check_options(opts)
     overridden = {**facts.env, **dict(opts.env)}
     want, built = fixes.fixplan.hpu_mode(overridden), fixes.fixplan.hpu_mode(facts.env)
-    if want != built:  # the image's start-up check (apply_all --check) holds the mode its fixes were made for
+    if want != built:  # the image's start-up check (inimage.apply --check) holds the mode its fixes were made for
         raise UsageError(f"--env PT_HPU_LAZY_MODE={overridden.get('PT_HPU_LAZY_MODE')} asks for {want} mode; "
                             f"the image's fixes were applied for {built} mode, and it would refuse to start",
                             hint="build an image of a recipe for that mode")

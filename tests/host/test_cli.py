@@ -113,9 +113,9 @@ def test_the_chain_options_are_the_tasks_read_once():
 
 
 # The one place that raises invoke's Exit is cli.edge. Calls are found with ast, so the console-script text
-# standin.py and cpubase.py write into images (`sys.exit(main())` in a string) is not one. fixes/apply_all.py
-# runs inside the image at build time, stdlib only (no invoke, no cookbook): it keeps its own `sys.exit`
-# codes, the entrypoint's, and is not read here.
+# standin.py and cpubase.py write into images (`sys.exit(main())` in a string) is not one. inimage/ (the
+# applier) runs inside the image at build time, stdlib only (no invoke, no cookbook): it keeps its own
+# `sys.exit` codes, the entrypoint's, and is not read here.
 def exits(tree: ast.AST) -> list[int]:
     found = []
     for node in ast.walk(tree):

@@ -12,7 +12,7 @@ def test_the_checkout_holds_its_folders():
     assert (paths.ROOT / "cookbook" / "host" / "paths.py").is_file()
     for folder in (paths.RECIPES, paths.FIXES, paths.DOCKERFILES):
         assert folder.is_dir() and folder.parent == paths.ROOT
-    assert (paths.FIXES / "apply_all.py").is_file()  # the fix engine always comes from the checkout
+    assert (paths.ENGINE / "apply.py").is_file() and paths.ENGINE.parent == paths.ROOT  # the checkout's applier
 
 
 @pytest.mark.parametrize("env,want", [

@@ -17,7 +17,7 @@ from cookbook.image import build, render, standin, steps
 from cookbook.image.render import Base
 from cookbook.recipe import fixes, recipes
 from cookbook.recipe.derive import serve_command
-from cookbook.recipe.fixes import fixplan
+from inimage import fixplan
 
 from ..conftest import TEST_REPO, variant
 
@@ -92,8 +92,8 @@ def test_entrypoint_dry_run_in_the_image(built):
 
 
 def test_fix_record_in_the_image(built):
-    out = engine.docker("run", "--rm", "--entrypoint", "python3", built.image_id, fixplan.APPLY_ALL, "--check",
-                        check=False)
+    entry, *args = fixplan.apply_argv("--check")  # as the entrypoint runs it: by module name, from lib/
+    out = engine.docker("run", "--rm", "--entrypoint", entry, built.image_id, *args, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     record = json.loads(cat(built.image_id, fixplan.RECORD))
     assert record["profile"] == "v0.26.0"
@@ -182,7 +182,7 @@ def test_allow_unwritten_fixes_marks_the_image(vault_recipe, made_images, capfd,
 
 def test_a_base_with_other_target_files_fails_the_build_naming_fixes_verify(made_images, upstream_cache,
                                                                             tmp_path):
-    # A "real" base whose copy of a target file is not the pristine release file: apply_all.py refuses it
+    # A "real" base whose copy of a target file is not the pristine release file: the applier refuses it
     # inside `docker build`, and the error names the command that shows how the base differs.
     steps.ensure_standin(recipes.load(RID))
     spec = fixes.load_fix("prompt-order")

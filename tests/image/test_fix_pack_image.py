@@ -7,7 +7,7 @@ import pytest
 
 from cookbook.host import engine
 from cookbook.recipe import fixes
-from cookbook.recipe.fixes import fixplan
+from inimage import fixplan
 
 from .. import packs
 from ..conftest import TEST_REPO

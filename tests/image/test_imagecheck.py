@@ -10,7 +10,7 @@ from cookbook.host import engine
 from cookbook.host.errors import CheckFailure
 from cookbook.image import imagecheck, render, standin
 from cookbook.recipe import recipes
-from cookbook.recipe.fixes import fixplan
+from inimage import fixplan
 
 from .. import packs
 from ..conftest import TEST_REPO

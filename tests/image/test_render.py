@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 from cookbook.host import grammar
 from cookbook.host.errors import RecipeError, UsageError
-from cookbook.host.paths import ROOT
+from cookbook.host.paths import ENGINE, ROOT
 from cookbook.image import render, standin, steps
 from cookbook.recipe import derive, fixes, recipes
-from cookbook.recipe.fixes import fixplan
 from cookbook.recipe.yamlsource import Source
+from inimage import fixplan
 
 from ..conftest import REFERENCE, reference_data, set_path, unavailable, variant
 
@@ -117,11 +117,10 @@ def test_manifest_names_recipe_base_commits_and_fixes():
     assert [f["name"] for f in m["fixes"]["order"]] == loaded.fixes
     for f in m["fixes"]["order"]:
         assert (f["status"] == "in-pack") == (f["sha256"] is not None)
-    lib = {f"lib/cookbook/{name}" for name in (*render.RUNTIME_MODULES, "fixplan.py")}
+    lib = {f"lib/cookbook/{name}" for name in render.RUNTIME_MODULES} | set(render.engine_files())
     written = fixes.select(loaded.recipe.fixes.profile, loaded.recipe.fixes.opt_in).written
     patches = {f"fixes/{name}/{patch.file}" for name, spec in written.items() for patch in spec.patches}
-    assert set(m["files"]) == {"entrypoint.py", "fixes/apply_all.py", "fixes/fixplan.py", "fixes/pack.json",
-                               render.RUNTIME_DATA, *lib, *patches}
+    assert set(m["files"]) == {"entrypoint.py", "fixes/pack.json", render.RUNTIME_DATA, *lib, *patches}
 
 
 def test_standin_context_is_built_from_the_standin_and_says_so():
@@ -198,7 +197,8 @@ def test_entrypoint_dry_run_and_overrides(tmp_path):
 
 # --- What a recipe says cannot become something else in the image --------------------------------
 
-INTENDED = ["FROM", "COPY", "RUN", "COPY", "COPY", "ENV", "EXPOSE", "HEALTHCHECK", "COPY", "LABEL", "ENTRYPOINT"]
+INTENDED = ["FROM", "COPY", "COPY", "RUN", "COPY", "COPY", "ENV", "EXPOSE", "HEALTHCHECK", "COPY", "LABEL",
+            "ENTRYPOINT"]
 CONTROL = list("\n\r\t\x00\x7f\x85\u2028") + ["\\\n"]
 HOSTILE = list("\"'$`;\\ #=&|<>(){}*?!~é✓") + ["${PATH}", "$(id)", "' \"", "\\"]
 SAFE = list("abcxyzAZ09_-./:")
@@ -279,10 +279,10 @@ def test_any_recipe_renders_only_the_intended_instructions(change):
     steps_ = [s for s in parsed.structure if s["instruction"] != "COMMENT"]
     assert [s["instruction"] for s in steps_] == INTENDED
     assert steps_[0]["value"] == base.from_ref
-    assert json.loads(steps_[2]["value"]) == render.apply_command(loaded, fixes.select(r.fixes.profile,
+    assert json.loads(steps_[3]["value"]) == render.apply_command(loaded, fixes.select(r.fixes.profile,
                                                                                         r.fixes.opt_in))
     assert parsed.envs == derive.runtime_env(r)
-    assert steps_[6]["value"] == str(r.image.port)
+    assert steps_[7]["value"] == str(r.image.port)
     m = json.loads(files["manifest.json"])
     assert set(parsed.labels) == set(render.labels(m, fixplan.sha256_bytes(files["manifest.json"])))
     assert parsed.labels["org.opencontainers.image.title"].startswith(r.title + " on Intel Gaudi")
@@ -309,9 +309,45 @@ def test_the_fix_step_is_exec_form():
     files = files_for("qwen3.5-27b-fp8")
     run = next(s for s in _dockerfile(files).structure if s["instruction"] == "RUN")
     argv = json.loads(run["value"])
-    # The fixes' env guards (gdn-prefix-cache: VLLM_COMPACT_GDN=1) hold while they apply.
-    assert argv[:3] == ["env", "PT_HPU_LAZY_MODE=0", "VLLM_COMPACT_GDN=1"]
-    assert argv[3:6] == ["python3", "-B", "/opt/cookbook/fixes/apply_all.py"]
+    # The fixes' env guards (gdn-prefix-cache: VLLM_COMPACT_GDN=1) hold while they apply; the applier runs by
+    # module name from the image's lib/, where the package is copied before this step.
+    assert argv[:5] == ["env", "-C", "/opt/cookbook/lib", "PT_HPU_LAZY_MODE=0", "VLLM_COMPACT_GDN=1"]
+    assert argv[5:9] == ["python3", "-B", "-m", "inimage.apply"]
+
+
+def test_the_context_holds_inimage_whole_and_the_image_runs_it_by_module_name(tmp_path):
+    """Every module of the package, byte for byte, in lib/inimage/, copied to the image before the fix
+    step; the rules' cookbook modules at their own paths after it; the entrypoint's start-up check
+    runs the package by module name too. Run from the rendered context, the applier lists the context's
+    own pack, and the entrypoint's guard imports with the standard library alone (-I -S)."""
+    files = files_for("qwen3.5-27b-fp8")
+    package = {p.name: p.read_bytes() for p in ENGINE.glob("*.py")}
+    assert {rel.removeprefix("lib/inimage/"): data for rel, data in files.items()
+            if rel.startswith("lib/inimage/")} == package
+    assert {"__init__.py", "apply.py", "fixplan.py"} <= set(package)
+    assert not any(rel.startswith("fixes/") and rel.endswith(".py") for rel in files)
+    steps_ = [s for s in _dockerfile(files).structure if s["instruction"] in ("COPY", "RUN")]
+    assert [s["value"] for s in steps_[:2]] == ["lib/inimage/ /opt/cookbook/lib/inimage/",
+                                                "fixes/ /opt/cookbook/fixes/"]
+    assert steps_[3]["value"] == "lib/cookbook/ /opt/cookbook/lib/cookbook/"
+    fix_check = next(line for line in files["entrypoint.py"].decode().splitlines() if line.startswith("FIX_CHECK ="))
+    assert json.loads(fix_check.split("=", 1)[1].split("  #")[0]) == fixplan.apply_argv("--check")
+    ctx = render.write_context(files, tmp_path / "ctx")
+    # The image's own command line, its lib/ made the context's, started from a working folder holding a
+    # decoy inimage (as a base's WORKDIR might hold a checkout): the copied package runs, never the decoy.
+    (tmp_path / "decoy" / "inimage").mkdir(parents=True)
+    (tmp_path / "decoy" / "inimage" / "__init__.py").write_text("")
+    (tmp_path / "decoy" / "inimage" / "apply.py").write_text("print('decoy')\n")
+    argv = fixplan.apply_argv("--list", "--pack", str(ctx / "fixes" / "pack.json"))
+    assert argv[:3] == ["env", "-C", fixplan.IMAGE_LIB]
+    argv[2] = str(ctx / "lib")
+    listed = subprocess.run(argv, cwd=tmp_path / "decoy", capture_output=True, text=True)
+    assert listed.returncode == 0 and "gdn-prefix-cache" in listed.stdout, listed.stderr
+    assert "decoy" not in listed.stdout
+    guard = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, 'lib'); "
+                            "from cookbook.recipe import runtime; print(runtime.rules.fixplan.__file__)"],
+                           cwd=ctx, capture_output=True, text=True)
+    assert guard.returncode == 0 and guard.stdout.strip() == str(ctx / "lib" / "inimage" / "fixplan.py"), guard.stderr
 
 
 def test_a_port_other_than_vllms_default_reaches_vllm_serve(recipe_tree):

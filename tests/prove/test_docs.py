@@ -442,7 +442,7 @@ def test_a_capacity_file_that_is_not_the_labs_is_a_clear_error(tmp_path, monkeyp
         docs.capacity(fake)
 
 
-CHECKOUT = ("cookbook", "recipes", "releases", "fixes", "docs", "dockerfiles", "tasks.py", "mkdocs.yml",
+CHECKOUT = ("cookbook", "inimage", "recipes", "releases", "fixes", "docs", "dockerfiles", "tasks.py", "mkdocs.yml",
             "pyproject.toml")
 
 

@@ -112,7 +112,7 @@ def test_scaffold_todo_refused(pack):
 
 
 def test_malformed_dependency_range_named_with_line(pack):
-    # apply_all.py's own reading of a range: the host refuses what the image would refuse.
+    # the applier's own reading of a range (inimage.versions): the host refuses what the image would refuse.
     root, write = pack
     write("prompt-order", spec={"dists": {"xgrammar": "0.2.4"}})
     with pytest.raises(FixError, match="dists xgrammar: '0.2.4' is not a version range") as err:

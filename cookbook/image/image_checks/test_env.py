@@ -1,7 +1,7 @@
 """Every environment variable of the recipe is set with its value; the image runs in the HPU mode its
 fixes were applied for, with the variables they need (both from the manifest)."""
 
-from cookbook.recipe.fixes import fixplan
+from inimage import fixplan
 
 
 def test_recipe_env_set_with_values(image_env, expect):

@@ -1,8 +1,10 @@
 """The fix record in the image matches the recipe's profile and opt-ins, in order, and still holds."""
 
 import json
+import shlex
 
 from cookbook.host.names import Label
+from inimage import fixplan
 
 
 def test_fix_record_matches_recipe(host, expect):
@@ -13,7 +15,7 @@ def test_fix_record_matches_recipe(host, expect):
 
 
 def test_fixed_sources_match_their_record(host, expect):
-    out = host.run(f"python3 {expect['paths']['apply_all']} --check")
+    out = host.run(shlex.join(fixplan.apply_argv("--check")))  # as the entrypoint runs it at every start
     assert out.rc == 0, out.stdout + out.stderr
 
 

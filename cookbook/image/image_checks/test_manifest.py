@@ -5,7 +5,7 @@ an image that may not be published says so."""
 import pytest
 
 from cookbook.host.names import OCI, Label
-from cookbook.recipe.fixes import fixplan
+from inimage import fixplan
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,12 @@
-"""fixes/fixplan.py: the one place that decides a selection, its order and requirements, and the HPU
-mode, for the host and for apply_all.py inside the image (table-driven; apply_all's own behaviour is
-tests/fixpack/test_apply_all.py)."""
+"""inimage/fixplan.py: the one place that decides a selection, its order and requirements, and the HPU
+mode, for the host and for the applier inside the image (table-driven; the applier's own behaviour is
+tested by the other files here)."""
 
 import pytest
 
-from cookbook.host.paths import FIXES
-from cookbook.image import render, standin
+from cookbook.host.paths import ENGINE, ROOT
 from cookbook.recipe import fixes, recipes
-from cookbook.recipe.fixes import fixplan
+from inimage import fixplan, selection
 
 
 @pytest.mark.parametrize("env,mode", [({"PT_HPU_LAZY_MODE": "1"}, "lazy"), ({"PT_HPU_LAZY_MODE": "0"}, "compile"),
@@ -57,33 +56,22 @@ def test_requirement_problems(kept, skipped, requires, message):
         assert len(found) == 1 and found[0][1].startswith(message)
 
 
-def test_the_host_runs_the_code_the_image_runs():
-    """One implementation: the applier the host loads uses the host's fixplan module, and every
-    rendered context ships that same file beside apply_all.py."""
-    assert fixes.patch_applier().fixplan is fixes.fixplan
-    assert fixes.patch_applier().select_fixes.__module__ == "cookbook_apply_all"
-    loaded = recipes.load("qwen3.5-27b-fp8")
-    files = render.context_files(loaded, standin.base("v0.26.0"))
-    assert files["fixes/fixplan.py"] == (FIXES / "fixplan.py").read_bytes()
-    assert files["fixes/apply_all.py"] == (FIXES / "apply_all.py").read_bytes()
-
-
 def test_host_and_image_select_alike():
-    """The recipe's selection (host) and apply_all's (image) agree on a pack holding every fix."""
+    """The recipe's selection (host) and the applier's (image) agree on a pack holding every fix."""
     loaded = recipes.load("qwen3.6-27b-fp8")
     profile = fixes.load_profile("v0.26.0")
     pack_fixes = {n: {"opt_in": n in profile.opt_in, "requires": []} for n in profile.order}
     pack_profile = {"order": profile.order, "opt_in": profile.opt_in}
-    image, _ = fixes.patch_applier().select_fixes("v0.26.0", pack_profile, pack_fixes, loaded.recipe.fixes.opt_in)
+    image, _ = selection.select_fixes("v0.26.0", pack_profile, pack_fixes, loaded.recipe.fixes.opt_in)
     assert image == loaded.fixes == fixes.select("v0.26.0", loaded.recipe.fixes.opt_in).names
 
 
 def test_one_place_for_image_paths_digests_templates_and_build_output():
     """The facts fixplan and its users own are said once: no other file of the code names the image's
     /opt/cookbook paths or computes a sha256 itself, one Jinja environment, one docker output loop."""
-    code = [p for p in [*(FIXES.parent / "cookbook").rglob("*.py"), FIXES / "apply_all.py",
-                        *(FIXES.parent / "dockerfiles").glob("*.j2"), FIXES.parent / "tasks.py"]]
-    text = {p.relative_to(FIXES.parent).as_posix(): p.read_text() for p in code}
+    code = [p for p in [*(ROOT / "cookbook").rglob("*.py"), *(p for p in ENGINE.glob("*.py") if p.name != "fixplan.py"),
+                        *(ROOT / "dockerfiles").glob("*.j2"), ROOT / "tasks.py"]]
+    text = {p.relative_to(ROOT).as_posix(): p.read_text() for p in code}
     assert [n for n, t in text.items() if "/opt/cookbook" in t.replace("/opt/cookbook/fix-record.json).", "")] == []
     # weights.py alone hashes too: model files against the Hub's hashes (sha256 and git blob ids),
     # streamed because a shard is gigabytes; not the pack's digests.

@@ -2,20 +2,24 @@
 whether their requirements hold, the HPU mode, the digest every record uses, and where the
 cookbook lives inside an image.
 
-Standard library only. fixes/apply_all.py imports it inside the image (every rendered context
-ships it beside apply_all.py) and the cookbook imports this same file on the host
-(cookbook/recipe/fixes.py: `fixes.fixplan`), so a recipe's fixes are never decided twice.
+Standard library only, like the whole package: the applier (inimage.apply) uses it inside the image
+and the cookbook imports this same module on the host, so a recipe's fixes are never decided twice.
 """
 
 import hashlib
 
 # Where the cookbook's files are inside an image.
 IMAGE_HOME = "/opt/cookbook"
-IMAGE_FIXES = IMAGE_HOME + "/fixes"
+IMAGE_FIXES = IMAGE_HOME + "/fixes"  # the recipe's pack: pack.json and its patches
+IMAGE_LIB = IMAGE_HOME + "/lib"  # this package, whole, and the cookbook modules the entrypoint runs
+PACK = IMAGE_FIXES + "/pack.json"
 RECORD = IMAGE_HOME + "/fix-record.json"
 MANIFEST = IMAGE_HOME + "/manifest.json"
 ENTRYPOINT = IMAGE_HOME + "/entrypoint.py"
-APPLY_ALL = IMAGE_FIXES + "/apply_all.py"
+# The applier, run by module name. `python -m` puts the working folder first on sys.path: run from
+# IMAGE_LIB, the package is found there and nothing in the base's working directory (a vllm
+# checkout, say) shadows the installed packages it inspects. -B: no bytecode written into the image.
+APPLY_MODULE = "inimage.apply"
 
 MODES = ("compile", "lazy")
 LAZY_VAR = "PT_HPU_LAZY_MODE"
@@ -28,6 +32,13 @@ def sha256_bytes(data):
 def sha256_file(path):
     with open(path, "rb") as f:
         return sha256_bytes(f.read())
+
+
+def apply_argv(*args, env=None):
+    """The applier's command line in an image, with `env` {name: value} set for it alone (env(1) runs it
+    from IMAGE_LIB: see APPLY_MODULE). The build, the entrypoint, the image checks and the pages use it."""
+    assignments = [f"{k}={v}" for k, v in sorted((env or {}).items())]
+    return ["env", "-C", IMAGE_LIB, *assignments, "python3", "-B", "-m", APPLY_MODULE, *args]
 
 
 def hpu_mode(environ):
