@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..host import engine, outdir, signals
+from ..host import containers, engine, outdir
 from ..host.errors import FAILED, PACK_DIFFERS, EngineError, UpstreamError, UsageError, printable
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
@@ -114,22 +114,11 @@ def slug(image: str) -> str:
 @contextlib.contextmanager
 def created(image: str) -> Iterator[str]:
     """A container of `image` that is never started, for the length of the block, removed by its id
-    afterwards; its id comes from --cidfile, so one interrupted while being made is removed too."""
-    from ..prove.serve import CONTAINER_LABEL, remove
-
-    cid = ""
-    with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-verify-base.") as tmp:
-        cidfile = Path(tmp) / "cid"
-        try:
-            # A command is given so that an image without CMD can be created; it is never run.
-            engine.docker("create", f"--cidfile={cidfile}", "--label", f"{CONTAINER_LABEL}={ROLE}",
-                          "--network=none", image, "true", timeout=120)
-            cid = cidfile.read_text().strip()
-            yield cid
-        finally:
-            cid = cid or (cidfile.read_text().strip() if cidfile.is_file() else "")
-            if cid:
-                remove(cid)
+    afterwards (containers.made: on an error, Ctrl-C and SIGTERM too, and one interrupted while made)."""
+    # A command is given so that an image without CMD can be created; it is never run.
+    args = containers.argv("create", image, ["true"], role=ROLE, options=["--network=none"])
+    with containers.made(args, what=f"the base {image}", timeout=120) as cid:
+        yield cid
 
 
 def read_file(cid: str, path: str, limit: int = 0, timeout: float = 120) -> bytes | None:

@@ -154,7 +154,7 @@ def leftover(marker: str) -> list[str]:
 
 
 def test_a_timed_out_check_leaves_no_container(docker_engine, monkeypatch):
-    """Killing `docker run --rm`'s client does not stop its container: the check removes it by name, and
+    """Killing `docker run --rm`'s client does not stop its container: the check removes it by id, and
     `invoke test` sweeps whatever its run's label still finds."""
     import importlib.util
     import subprocess

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from cookbook.host import engine
-from cookbook.host.errors import CheckFailure, EngineError, UsageError
+from cookbook.host.errors import CheckFailure, UsageError
 from cookbook.host.paths import ROOT
 from cookbook.prove import serve
 from cookbook.recipe import recipes
@@ -275,8 +275,9 @@ def test_a_second_serve_of_the_same_name_leaves_the_first_running(rootfs, tmp_pa
     serve.serve(LOADED, s, tmp_path, timeout_s=60, dry_run=False)
     try:
         first = engine.docker("inspect", "--format", "{{.Id}}", s.name).stdout.strip()
-        with pytest.raises(EngineError, match="already in use"):
+        with pytest.raises(UsageError, match="already in use") as err:  # the name given: exit 2, with a fix
             serve.serve(LOADED, s, tmp_path, timeout_s=60, dry_run=False)
+        assert err.value.exit_code == 2 and "another --name" in err.value.hint
         state = engine.docker("inspect", "--format", "{{.State.Running}}", first, check=False).stdout.strip()
         assert state == "true"  # the user's first server is still up
         labels = engine.docker("inspect", "--format", "{{json .Config.Labels}}", s.name).stdout
