@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..host import containers, engine, outdir
+from ..host import containers, engine, grammar, outdir
 from ..host.errors import FAILED, PACK_DIFFERS, EngineError, UpstreamError, UsageError, printable
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
@@ -190,9 +190,7 @@ class Report:
 def check_base_ref(image: str) -> None:
     """A base as Docker names it, before anything (dry runs too) puts it in a command: `--help` or a path
     is refused here, not taken by docker as a flag or a name."""
-    from ..prove.serve import image_problem
-
-    said = image_problem(image)
+    said = grammar.image_problem(image)
     if said:
         raise UsageError(f"base {printable(image)}: {said}", hint="an image reference: NAME[:TAG][@sha256:DIGEST]")
 

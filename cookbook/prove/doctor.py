@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..host import grammar
 from ..host.errors import CheckFailure, HostError, UsageError, printable
 from ..recipe.recipes import LoadedRecipe
 
@@ -351,9 +352,7 @@ def run(loaded: LoadedRecipe, image: str, readings: Path | None = None, record: 
         dry_run: bool = False) -> list[Check] | None:
     """Judge the host (or saved readings); raises HostError on a host without Gaudi. The caller turns
     a FAIL into the exit status."""
-    from .serve import image_problem
-
-    said = image_problem(image)
+    said = grammar.image_problem(image)
     if said:  # it reaches `docker image inspect IMAGE`: a value such as --help would be taken as a flag
         raise UsageError(f"--image {printable(image)}: {said}")
     if dry_run:

@@ -46,7 +46,6 @@ MODELS_DIR = "/models"
 HOST_REFUSED = ("/proc", "/sys", "/dev", "/run", "/var/run", "/etc", "/boot", "/var/lib/docker")
 # An env name that looks like a credential is never taken by value (argv, `ps`, `docker inspect`, logs).
 SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE_?KEY|AUTH", re.IGNORECASE)
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 # A 27B model loads and compiles for many minutes on a Gaudi; a tiny CPU model in about a minute.
 DEFAULT_TIMEOUT_S = 1800.0
@@ -84,7 +83,7 @@ def default_image(loaded: LoadedRecipe, repo: str = IMAGE_REPO) -> str:
 
 def check_spec(spec: RunSpec) -> None:
     """Refuse what Docker would misread, before anything runs (a dry run too)."""
-    said = image_problem(spec.image)
+    said = grammar.image_problem(spec.image)
     if said:
         raise UsageError(f"--image {spec.image!r} is not an image reference: {said}")
     if not NAME_RE.match(spec.name):
@@ -111,14 +110,6 @@ def check_spec(spec: RunSpec) -> None:
         if said:  # mounted read-write, so refused wherever a read-only --volume is
             raise UsageError(f"--hf-cache {printable(spec.hf_cache)}: {said}",
                              hint="a folder of its own, such as ~/.cache/huggingface ('' for none)")
-
-
-def image_problem(ref: str) -> str | None:
-    """An image reference as Docker takes it: NAME[:TAG], or NAME[:TAG]@sha256:<64 hex> as `publish` prints."""
-    name, at, digest = ref.partition("@")
-    if at and not DIGEST_RE.match(digest):
-        return "a digest is sha256: and 64 lower-case hex digits"
-    return grammar.image_ref_problem(name)
 
 
 def option_problem(option: str) -> str | None:
@@ -184,26 +175,24 @@ def host_folder_problem(host: str) -> str | None:
 def run_argv(spec: RunSpec) -> list[str]:
     """The `docker run` arguments (after `docker`) of the README's Serving section, detached and named."""
     # Labelled, so a container the cookbook started is found again: docker ps --filter label=cookbook.container
-    argv = ["run", "--detach", "--name", spec.name, "--label", f"{containers.LABEL}={spec.role}"]
-    if spec.recipe:
-        argv += ["--label", f"cookbook.recipe={spec.recipe}"]
+    options = ["--detach", "--name", spec.name]
     if spec.runtime:
-        argv.append(f"--runtime={spec.runtime}")
+        options.append(f"--runtime={spec.runtime}")
         if spec.runtime == GAUDI_RUNTIME:
             for k, v in GAUDI_DEVICE_ENV.items():
-                argv += ["-e", f"{k}={v}"]
+                options += ["-e", f"{k}={v}"]
     for name in spec.pass_env:
-        argv += ["-e", name]
+        options += ["-e", name]
     for k, v in spec.env.items():
-        argv += ["-e", f"{k}={v}"]
+        options += ["-e", f"{k}={v}"]
     if spec.hf_cache:
-        argv += ["-v", f"{os.path.expanduser(spec.hf_cache)}:{HF_CACHE_IN_IMAGE}"]
+        options += ["-v", f"{os.path.expanduser(spec.hf_cache)}:{HF_CACHE_IN_IMAGE}"]
     published = f"{spec.publish_ip}:" if spec.publish_ip else ""
-    argv += ["-p", f"{published}{spec.port}:{spec.container_port}", *BASE_OPTIONS, *spec.options]
+    options += ["-p", f"{published}{spec.port}:{spec.container_port}", *BASE_OPTIONS, *spec.options]
     if spec.entrypoint:
-        argv.append(f"--entrypoint={spec.entrypoint}")
-    argv += [spec.image, *spec.args]
-    return argv
+        options.append(f"--entrypoint={spec.entrypoint}")
+    labels = {"cookbook.recipe": spec.recipe} if spec.recipe else {}
+    return containers.argv("run", spec.image, spec.args, role=spec.role, labels=labels, options=options)
 
 
 def shown(argv: list[str]) -> str:

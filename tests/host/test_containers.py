@@ -195,3 +195,70 @@ def test_one_translation_of_what_the_engine_says(case, said, cls, code):
     err = engine.failure("doing it", said, refused=CheckFailure)
     assert type(err) is cls and err.exit_code == code and err.what.startswith("doing it: ")
     assert "\n" not in err.what and "\x1b" not in engine.failure("x", "\x1b[31mred").what
+
+
+# --- No container is made or removed outside cookbook/host/ --------------------------------------------
+
+VERBS = {"run", "create", "rm", "container"}  # `docker container rm` too
+DOCKER_NAMES = {"DOCKER", "docker"}
+
+
+def stray_container_calls(source: str) -> list[str]:
+    """What in `source` makes or removes a container by itself: a `docker run|create|rm` argv (a list, a
+    tuple or a call's arguments that begin with the verb, or follow a client path or `docker`) not built by
+    containers.argv, an id file of its own (--cidfile), or the docker SDK's containers.run/create and remove."""
+    import ast
+
+    found = []
+
+    def head(node: ast.AST) -> bool:  # a docker client: its path, DOCKER, "docker"
+        return ((isinstance(node, ast.Attribute) and node.attr == "path") or (isinstance(node, ast.Name) and
+                node.id in DOCKER_NAMES) or (isinstance(node, ast.Constant) and node.value in DOCKER_NAMES))
+
+    def verb(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and node.value in VERBS
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "--cidfile" in node.value:
+            found.append(f"line {node.lineno}: --cidfile")
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = node.elts
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "containers":
+                continue  # the lifecycle's own functions (containers.argv("run", ...))
+            if isinstance(func, ast.Attribute) and func.attr in ("run", "create") and isinstance(
+                    func.value, ast.Attribute) and func.value.attr == "containers":
+                found.append(f"line {node.lineno}: the SDK's containers.{func.attr}")
+            if isinstance(func, ast.Attribute) and func.attr == "remove" and any(k.arg == "force"
+                                                                                 for k in node.keywords):
+                found.append(f"line {node.lineno}: the SDK's remove(force=...)")
+            items = node.args
+        else:
+            continue
+        if (items and verb(items[0])) or any(head(a) and verb(b) for a, b in zip(items, items[1:], strict=False)):
+            found.append(f"line {node.lineno}: a docker {next(i.value for i in items if verb(i))} argv")
+    return found
+
+
+STRAY = [
+    ("the CLI through engine.docker", 'engine.docker("rm", "--force", cid)', 1),
+    ("an argv list", 'argv = ["run", "--rm", image]', 1),
+    ("a client path before the verb", "signals.run([c.path, 'create', image])", 1),
+    ("an id file of its own", 'engine.docker(*argv[:1], f"--cidfile={f}")', 1),
+    ("the SDK", "client.containers.run(image, detach=True)\nc.remove(force=True)", 2),
+    ("the lifecycle's own argv is fine", 'containers.argv("run", image, role="x")', 0),
+    ("other words are fine", 'STEPS = ("doctor", "run", "stop")\nprint("docker run -d x")', 0),
+]
+
+
+@pytest.mark.parametrize("case,source,count", STRAY, ids=[s[0] for s in STRAY])
+def test_stray_container_calls_are_found(case, source, count):
+    assert len(stray_container_calls(source)) == count
+
+
+def test_no_container_is_made_or_removed_outside_host():
+    outside = [p for p in (ROOT / "cookbook").rglob("*.py") if "host" not in p.relative_to(ROOT / "cookbook").parts]
+    assert len(outside) > 50
+    found = {str(p.relative_to(ROOT)): stray for p in outside if (stray := stray_container_calls(p.read_text()))}
+    assert found == {}, "make and remove containers through cookbook/host/containers.py"
