@@ -44,20 +44,6 @@ def test_the_id_file_and_instance_label_follow_the_verb(tmp_path):
 
 # --- On the engine ----------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def rootfs(docker_engine):
-    from cookbook.image import standin
-
-    if not engine.image_exists(standin.ROOTFS_IMAGE):
-        try:
-            standin.ensure_rootfs_image()
-        except Exception as exc:  # no mmdebstrap, no Debian mirror
-            from ..conftest import unavailable
-
-            unavailable(f"no Debian rootfs image for a test container: {exc}")
-    return standin.ROOTFS_IMAGE
-
-
 @pytest.fixture
 def role():
     """A role of this test's own: what it leaves is found by its label, and removed after the assertions."""

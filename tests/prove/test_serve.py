@@ -200,20 +200,6 @@ HEALTHY = "mkdir -p /srv && echo ok > /srv/health && cd /srv && exec python3 -m 
 NEVER = "cd /tmp && exec python3 -m http.server {port}"  # /health is a 404 for ever
 
 
-@pytest.fixture(scope="module")
-def rootfs(docker_engine):
-    from cookbook.image import standin
-
-    if not engine.image_exists(standin.ROOTFS_IMAGE):
-        try:
-            standin.ensure_rootfs_image()
-        except Exception as exc:  # no mmdebstrap, no Debian mirror
-            from ..conftest import unavailable
-
-            unavailable(f"no Debian rootfs image for a test container: {exc}")
-    return standin.ROOTFS_IMAGE
-
-
 def http_spec(image: str, script: str, port: int) -> serve.RunSpec:
     return serve.RunSpec(image=image, name=f"cookbook-test-serve-{uuid.uuid4().hex[:8]}", port=port,
                          container_port=port, runtime="", hf_cache=None,
