@@ -162,8 +162,8 @@ def wait(cid: str, timeout: float | None = None) -> int:
 
 def logs(cid: str) -> str:
     """The container's output so far, stdout and stderr together."""
-    out = engine.docker("logs", cid, check=False)
-    return (out.stdout or "") + (out.stderr or "")
+    out = engine.docker("logs", cid)
+    return out.stdout + out.stderr
 
 
 def follow_logs(cid: str, log_path: Path) -> subprocess.Popen:
