@@ -248,3 +248,27 @@ def test_no_container_is_made_or_removed_outside_host():
     assert len(outside) > 50
     found = {str(p.relative_to(ROOT)): stray for p in outside if (stray := stray_container_calls(p.read_text()))}
     assert found == {}, "make and remove containers through cookbook/host/containers.py"
+
+
+def sdk_raised(case: str) -> Exception:
+    """A real docker SDK or requests exception, as the SDK raises it for `case`."""
+    import docker.errors
+    import requests
+
+    return {"image not found": docker.errors.ImageNotFound("404 Client Error: Not Found ('No such image: x:1')"),
+            "a refusal": docker.errors.APIError("500", explanation="OCI runtime create failed: exec: \"sleep\""),
+            "a taken name": docker.errors.APIError("409", explanation='Conflict. The container name "/a" is already '
+                                                   'in use by container "0123"'),
+            "no engine": requests.exceptions.ConnectionError("('Connection aborted.', FileNotFoundError(2))"),
+            "no socket": docker.errors.DockerException("Error while fetching server API version")}[case]
+
+
+@pytest.mark.parametrize("raised,cls,code", [
+    ("image not found", ImageMissing, 2), ("a refusal", CheckFailure, 1), ("a taken name", UsageError, 2),
+    ("no engine", EngineError, 3), ("no socket", EngineError, 3),
+])
+def test_the_sdks_errors_are_translated_the_same_way(raised, cls, code):
+    with pytest.raises(cls) as err:
+        with engine.sdk_errors("reading it", refused=CheckFailure):
+            raise sdk_raised(raised)
+    assert type(err.value) is cls and err.value.exit_code == code and err.value.what.startswith("reading it: ")
