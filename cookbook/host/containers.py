@@ -76,7 +76,7 @@ def sweep(key: str, value: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def _cidfile() -> Iterator[tuple[Path, str, list[str]]]:
+def _cidfile() -> Iterator[tuple[Path, str]]:
     """(id file, instance label value) for one container being made; the block raising (a failure, an
     interrupt) removes the container, if the engine made one."""
     with tempfile.TemporaryDirectory(prefix="cookbook-container.") as tmp:

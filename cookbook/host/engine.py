@@ -139,7 +139,7 @@ def image_exists(ref: str) -> bool:
 def inspect(ref: str) -> dict:
     out = docker("image", "inspect", ref, check=False)
     if out.returncode != 0:
-        raise failure(f"no image {ref}", out.stderr or "")
+        raise failure(f"image {ref}", out.stderr or "")
     return json.loads(out.stdout)[0]
 
 
@@ -170,5 +170,7 @@ def sdk_errors(what: str, refused: type[CookbookError] = EngineError) -> Iterato
                            hint=NO_IMAGE_HINT) from None
     except docker.errors.APIError as exc:
         raise failure(what, str(exc.explanation or exc)[:600], refused) from None
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+    except requests.exceptions.RequestException as exc:
         raise EngineError(f"{what}: no Docker daemon answers: {printable(str(exc))[:300]}", hint=START_HINT) from None
+    except docker.errors.DockerException as exc:  # the SDK's own (no socket to talk to, a bad answer)
+        raise EngineError(f"{what}: the Docker SDK said: {printable(str(exc))[:300]}", hint=START_HINT) from None
