@@ -91,6 +91,21 @@ def docker_engine():
 
 
 @pytest.fixture(scope="session")
+def rootfs(docker_engine):
+    """The stand-in's Debian rootfs image (sh, sleep, python3) for a test container: imported from its
+    cached tarball when missing (standin.ensure_rootfs_image), never pulled."""
+    from cookbook.host import engine
+    from cookbook.image import standin
+
+    if not engine.image_exists(standin.ROOTFS_IMAGE):
+        try:
+            standin.ensure_rootfs_image()
+        except Exception as exc:  # no mmdebstrap, no Debian mirror
+            unavailable(f"no Debian rootfs image for a test container: {exc}")
+    return standin.ROOTFS_IMAGE
+
+
+@pytest.fixture(scope="session")
 def upstream_cache():
     from cookbook.host import upstream
     from cookbook.recipe import recipes

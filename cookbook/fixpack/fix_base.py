@@ -22,8 +22,16 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..host import engine, outdir, signals
-from ..host.errors import PACK_DIFFERS, EngineError, PackDiffers, PackFailure, UpstreamError, UsageError, printable
+from ..host import containers, engine, grammar, outdir
+from ..host.errors import (
+    PACK_DIFFERS,
+    EngineError,
+    PackDiffers,
+    PackFailure,
+    UpstreamError,
+    UsageError,
+    printable,
+)
 from ..host.names import Label
 from ..host.paths import ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
@@ -117,22 +125,11 @@ def slug(image: str) -> str:
 @contextlib.contextmanager
 def created(image: str) -> Iterator[str]:
     """A container of `image` that is never started, for the length of the block, removed by its id
-    afterwards; its id comes from --cidfile, so one interrupted while being made is removed too."""
-    from ..prove.serve import remove
-
-    cid = ""
-    with signals.interruptible(), tempfile.TemporaryDirectory(prefix="cookbook-verify-base.") as tmp:
-        cidfile = Path(tmp) / "cid"
-        try:
-            # A command is given so that an image without CMD can be created; it is never run.
-            engine.docker("create", f"--cidfile={cidfile}", "--label", f"{Label.CONTAINER}={ROLE}",
-                          "--network=none", image, "true", timeout=120)
-            cid = cidfile.read_text().strip()
-            yield cid
-        finally:
-            cid = cid or (cidfile.read_text().strip() if cidfile.is_file() else "")
-            if cid:
-                remove(cid)
+    afterwards (containers.made: on an error, Ctrl-C and SIGTERM too, and one interrupted while made)."""
+    # A command is given so that an image without CMD can be created; it is never run.
+    args = containers.argv("create", image, ["true"], role=ROLE, options=["--network=none"])
+    with containers.made(args, what=f"the base {image}", timeout=120) as cid:
+        yield cid
 
 
 def read_file(cid: str, path: str, limit: int = 0, timeout: float = 120) -> bytes | None:
@@ -206,9 +203,7 @@ class Report:
 def check_base_ref(image: str) -> None:
     """A base as Docker names it, before anything (dry runs too) puts it in a command: `--help` or a path
     is refused here, not taken by docker as a flag or a name."""
-    from ..prove.serve import image_problem
-
-    said = image_problem(image)
+    said = grammar.image_problem(image)
     if said:
         raise UsageError(f"base {printable(image)}: {said}", hint="an image reference: NAME[:TAG][@sha256:DIGEST]")
 

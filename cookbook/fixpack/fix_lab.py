@@ -22,9 +22,8 @@ from pathlib import Path
 
 from inimage import fixplan
 
-from ..host import paths, signals, upstream
+from ..host import containers, paths, signals, upstream
 from ..host.errors import CookbookError, PackFailure, UsageError
-from ..host.names import Label
 from ..host.paths import ENGINE, ROOT
 from ..host.paths import fixes_dir as default_fixes_dir
 from ..host.progress import say
@@ -261,22 +260,19 @@ def venv_shim(dest: Path, python: str) -> Path:
 
 
 def contained_argv(image: str, mounts: dict[str, Path], workdir: str, env: dict[str, str], args: list[str],
-                   label: str) -> list[str]:
+                   role: str = CONTAINED_ROLE) -> list[str]:
     """`docker run` arguments for one lab process: `mounts` {name in IN: host folder}, every one read-only
     but "out"; `args` to the venv's Python."""
     volumes = [f"{host}:{IN[name]}:{'rw' if name == 'out' else 'ro'}" for name, host in mounts.items()]
-    return ["run", "--rm", "--network=none", f"--user={NOBODY}", "--cap-drop=ALL",
-            "--security-opt=no-new-privileges", "--read-only", "--tmpfs=/tmp:rw,exec,mode=1777",
-            "--label", label, *(f"--volume={v}" for v in volumes), f"--workdir={workdir}",
-            *(f"--env={k}={v}" for k, v in env.items()), image, f"{IN['venv']}/bin/python", *args]
+    options = ["--rm", "--network=none", f"--user={NOBODY}", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+               "--read-only", "--tmpfs=/tmp:rw,exec,mode=1777", *(f"--volume={v}" for v in volumes),
+               f"--workdir={workdir}", *(f"--env={k}={v}" for k, v in env.items())]
+    return containers.argv("run", image, [f"{IN['venv']}/bin/python", *args], role=role, options=options)
 
 
 def run_contained(env_dir: Path, tree: Path, cwd: Path, out: Path, args: list[str],
                   timeout: int) -> subprocess.CompletedProcess:
     """The lab's pytest in a container (see above); the container is removed by its id whatever happens."""
-    from ..host import engine
-    from ..prove.serve import remove
-
     prefix, python = python_of(env_dir)
     mounts = {"python": prefix, "env": env_dir, "venv": venv_shim(out.parent / "venv", python), "tree": tree,
               "lab": LAB_TESTS, "recipes": ROOT / "recipes", "out": out}
@@ -292,16 +288,9 @@ def run_contained(env_dir: Path, tree: Path, cwd: Path, out: Path, args: list[st
         path.chmod(0o777 if path.is_dir() else 0o666)
     env = lab_env_vars(Path(IN["tree"]), Path(IN["lab"]) / STUBS.name, environ={}) | {
         "HOME": "/tmp", "COOKBOOK_CACHE": f"{IN['out']}/cache", "LD_LIBRARY_PATH": f"{IN['python']}/lib"}
-    cidfile = out.parent / "cid"
-    argv = contained_argv(standin.ROOTFS_IMAGE, mounts, workdir, env, pytest_args(f"{IN['out']}/{JUNIT}", args),
-                          f"{Label.CONTAINER}={CONTAINED_ROLE}")
-    c = engine.client()
-    try:
-        proc = signals.run([c.path, argv[0], f"--cidfile={cidfile}", *argv[1:]], env=c.env(),
-                              capture_output=True, text=True, errors="replace", timeout=timeout)
-    finally:  # --rm removes it when it ends; a timeout or an interrupt ends only the client
-        if cidfile.is_file() and cidfile.read_text().strip():
-            remove(cidfile.read_text().strip())
+    argv = contained_argv(standin.ROOTFS_IMAGE, mounts, workdir, env, pytest_args(f"{IN['out']}/{JUNIT}", args))
+    # --rm removes it when it ends; a timeout or an interrupt ends only the client: removed by id then
+    proc = containers.attached(argv, timeout=timeout, text=True, errors="replace")
     if proc.returncode in (125, 126, 127) and not (out / JUNIT).is_file():  # docker's own: it never ran
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
         raise LabError(f"the fix lab's container did not start ({standin.ROOTFS_IMAGE}):\n{tail}",

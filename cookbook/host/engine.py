@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from . import signals
-from .errors import CookbookError, EngineError, printable
+from .errors import CookbookError, EngineError, ImageMissing, UsageError, printable
 from .paths import ROOT
 from .progress import line
 
@@ -76,8 +76,39 @@ def docker(*args: str, check: bool = True, capture: bool = True, timeout: float 
     except subprocess.TimeoutExpired as exc:
         raise EngineError(f"`docker {' '.join(args)}` did not answer within {timeout:.0f}s") from exc
     if check and out.returncode != 0:
-        raise EngineError(f"`docker {' '.join(args[:3])}` failed: {(out.stderr or '').strip()[-600:]}")
+        raise failure(f"`docker {' '.join(args[:3])}` failed", out.stderr or "")
     return out
+
+
+# What the engine answers, as Engine 20.10's client prints it on stderr and the SDK in an APIError's
+# explanation. Read in this order: an engine that does not answer says "connect", a registry that does not
+# answer says "dial tcp" beside "Unable to find image", and only then is the image itself missing.
+UNREACHABLE = ("Cannot connect to the Docker daemon", "Is the docker daemon running", "error during connect",
+               "while trying to connect to the Docker daemon socket")
+NETWORK = ("dial tcp", "no such host", "i/o timeout", "TLS handshake timeout", "connection refused",
+           "connection reset", "server misbehaving", "net/http: request canceled")
+NO_IMAGE = ("No such image", "Unable to find image", "pull access denied", "manifest unknown",
+            "repository does not exist")
+NAME_TAKEN = ("is already in use by container",)
+NO_IMAGE_HINT = "build it first (invoke build), or name an image `docker images` lists"
+
+
+def failure(what: str, said: str, refused: type[CookbookError] = EngineError) -> CookbookError:
+    """The one translation of what the engine said (a CLI call's stderr, an SDK error's text) into the error
+    tree: no engine or no registry answers (EngineError, exit 3), an image it neither holds nor could pull
+    (ImageMissing, 2), a container name already taken (UsageError, 2), anything else it refused as `refused`
+    (EngineError unless the caller knows better: an image that cannot start is the image's failing)."""
+    lines = [ln.strip() for ln in said.strip().splitlines() if ln.strip()]
+    text = printable("; ".join(lines))[-600:]
+    if any(p in text for p in UNREACHABLE):
+        return EngineError(f"{what}: no Docker daemon answers: {text}", hint=START_HINT)
+    if any(p in text for p in NETWORK):
+        return EngineError(f"{what}: the registry did not answer: {text}")
+    if any(p in text for p in NO_IMAGE):
+        return ImageMissing(f"{what}: no such image: {text}", hint=NO_IMAGE_HINT)
+    if any(p in text for p in NAME_TAKEN):
+        return UsageError(f"{what}: {text}", hint="remove that container (docker rm -f NAME), or give another --name")
+    return refused(f"{what}: the Docker engine said: {text}")
 
 
 def stream(*args: str, keep: int = 15) -> tuple[int, list[str]]:
@@ -108,7 +139,7 @@ def image_exists(ref: str) -> bool:
 def inspect(ref: str) -> dict:
     out = docker("image", "inspect", ref, check=False)
     if out.returncode != 0:
-        raise EngineError(f"no image {ref}")
+        raise failure(f"image {ref}", out.stderr or "")
     return json.loads(out.stdout)[0]
 
 
@@ -126,16 +157,20 @@ def sdk():
 
 @contextlib.contextmanager
 def sdk_errors(what: str, refused: type[CookbookError] = EngineError) -> Iterator[None]:
-    """A docker SDK call that does not reach the engine as one EngineError line (exit 3), never a
-    traceback; one the engine answers with a refusal (an APIError: an image it cannot start, a container
-    gone) as `refused`, EngineError unless the caller knows better (an image with no `sleep` to run is
-    the image's failing, not the engine's)."""
+    """A docker SDK call's errors through `failure`, never a traceback: one that does not reach the engine
+    is an EngineError (exit 3), an image the engine does not hold ImageMissing (2), any other refusal (an
+    APIError: an image it cannot start, a container gone) `refused`."""
     import docker.errors
     import requests
 
     try:
         yield
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        said = getattr(exc, "explanation", None) or str(exc)
-        error = refused if isinstance(exc, docker.errors.APIError) else EngineError
-        raise error(f"{what}: the Docker engine said: {printable(str(said).strip()[:300])}") from None
+    except docker.errors.ImageNotFound as exc:
+        raise ImageMissing(f"{what}: no such image: {printable(str(exc.explanation or exc))[:300]}",
+                           hint=NO_IMAGE_HINT) from None
+    except docker.errors.APIError as exc:
+        raise failure(what, str(exc.explanation or exc)[:600], refused) from None
+    except requests.exceptions.RequestException as exc:
+        raise EngineError(f"{what}: no Docker daemon answers: {printable(str(exc))[:300]}", hint=START_HINT) from None
+    except docker.errors.DockerException as exc:  # the SDK's own (no socket to talk to, a bad answer)
+        raise EngineError(f"{what}: the Docker SDK said: {printable(str(exc))[:300]}", hint=START_HINT) from None

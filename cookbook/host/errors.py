@@ -60,6 +60,10 @@ class EngineError(CookbookError):
     exit_code = ENGINE_OR_NETWORK
 
 
+class ImageMissing(UsageError):
+    """An image the Docker engine does not hold and could not pull by that name: a name to mend (exit 2)."""
+
+
 class WeightsError(CookbookError):
     """The Hugging Face Hub did not answer while the model's weights were fetched."""
 

@@ -72,3 +72,14 @@ def image_ref_problem(ref: str, name_only: bool = False) -> str | None:
     if name_only:
         return None if IMAGE_NAME.fullmatch(ref) else "a repository is `registry/path/name`, in lower case"
     return problem("image_ref", ref)
+
+
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def image_problem(ref: str) -> str | None:
+    """An image reference as Docker takes it: NAME[:TAG], or NAME[:TAG]@sha256:<64 hex> as `publish` prints."""
+    name, at, digest = ref.partition("@")
+    if at and not DIGEST.match(digest):
+        return "a digest is sha256: and 64 lower-case hex digits"
+    return image_ref_problem(name)

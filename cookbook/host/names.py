@@ -40,6 +40,7 @@ class Label:
     CONTAINER = "cookbook.container"
     IMAGE_CHECK = "cookbook.image-check"  # an image-check container: the recipe it checks
     CHECK_RUN = "cookbook.check-run"  # on every container of one `invoke test` run
+    INSTANCE = "cookbook.instance"  # one value per container made: found by it when its id was not written
 
 
 class OCI:

@@ -5,6 +5,7 @@ backend, always removes the container, and writes the result as evidence tied to
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -14,10 +15,10 @@ from pathlib import Path
 
 from inimage import fixplan
 
-from ..host import engine, signals
+from ..host import containers, engine, signals
 from ..host.errors import CheckFailure
 from ..host.names import Label
-from ..host.paths import cache_dir
+from ..host.paths import ROOT, cache_dir
 from ..host.progress import say
 from ..recipe.recipes import LoadedRecipe
 from . import build, render, steps
@@ -89,8 +90,8 @@ def evidence_path(image_id: str) -> Path:
     return cache_dir() / "evidence" / image_id.replace("sha256:", "") / "image-checks.json"
 
 
-# SIGTERM or Ctrl-C: the checks' pytest group is killed, and the `finally` below removes the container by
-# id and every container of this run found by its label (one whose creation was cut short has no id here).
+# SIGTERM or Ctrl-C: the checks' pytest group is killed, the container is removed by id (containers.made),
+# and every container a check started is found by this run's label.
 @signals.interruptible()
 def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = False) -> Result | None:
     if dry_run:
@@ -102,31 +103,32 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
     found = engine.inspect(image)
     image_id = found["Id"]
     expect = expectations(expected_context(loaded, base, found["Config"]["Labels"] or {}), image)
-    # Containers through the docker SDK (it is fine for containers; builds go through the CLI).
     run_id = uuid.uuid4().hex
-    labels = {Label.IMAGE_CHECK: loaded.id, Label.CONTAINER: "image-check", Label.RECIPE: loaded.id,
-              RUN_LABEL: run_id}
+    labels = {Label.IMAGE_CHECK: loaded.id, Label.RECIPE: loaded.id, RUN_LABEL: run_id}
     # By id, not by name: the name may be re-pointed meanwhile, and the evidence is filed under this id.
-    try:  # created inside: an interrupt or a failed start still sweeps it by this run's label
-        with engine.sdk_errors(f"the image-check container of {image} did not start", refused=CheckFailure):
-            container = engine.sdk().containers.run(image_id, entrypoint=["sleep"], command=["infinity"],
-                                                    detach=True, network_mode="none", labels=labels)
-        with tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
+    args = containers.argv("run", image_id, ["infinity"], role="image-check", labels=labels,
+                           options=["--detach", "--network=none", "--entrypoint=sleep"])
+    try:
+        with containers.made(args, what=f"the image-check container of {image} did not start",
+                             refused=CheckFailure) as cid, tempfile.TemporaryDirectory(prefix="cookbook-test.") as tmp:
             expect_file = Path(tmp) / "expect.json"
             expect_file.write_text(json.dumps(expect, indent=2))
             report_file = Path(tmp) / "report.json"
             started = time.time()
-            say(f"checking {image} ({image_id[:19]}) for recipe {loaded.id} in container {container.short_id}")
-            args = [str(CHECKS), f"--hosts=docker://{container.id}", f"--cookbook-expect={expect_file}",
+            say(f"checking {image} ({image_id[:19]}) for recipe {loaded.id} in container {cid[:12]}")
+            args = [str(CHECKS), f"--hosts=docker://{cid}", f"--cookbook-expect={expect_file}",
                     f"--cookbook-report={report_file}", "-p", "no:cacheprovider", "-c", str(CHECKS / "pytest.ini"),
                     "--rootdir", str(CHECKS), "-rfEs"]
             # The checks' own docker calls use the client the cookbook chose (engine.py); testinfra's
             # docker backend calls `docker` from PATH, which only needs `exec`.
-            env = {**engine.client().env(), "COOKBOOK_DOCKER_CLI": engine.client().path, "COOKBOOK_CHECK_RUN": run_id}
+            # Its docker_run imports this checkout's cookbook (host/containers.py), wherever the task runs from.
+            env = {**engine.client().env(), "COOKBOOK_DOCKER_CLI": engine.client().path, "COOKBOOK_CHECK_RUN": run_id,
+                   "COOKBOOK_DOCKER": engine.client().path,
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             proc = signals.run([sys.executable, "-m", "pytest", *args], env=env)
             checks = json.loads(report_file.read_text()) if report_file.is_file() else []
     finally:
-        sweep(run_id)  # by label: this container and any a check started
+        sweep(run_id)  # by label: any container a check started and its killed process left
     report = {
         "kind": "image-checks",
         "image": image,
@@ -154,12 +156,7 @@ def run(loaded: LoadedRecipe, image: str, base: render.Base, dry_run: bool = Fal
 def sweep(run_id: str) -> list[str]:
     """Remove, by id, every container this run's checks started that is still there (a check whose
     `docker run --rm` was cut short, or a pytest that was killed, leaves its container running)."""
-    out = engine.docker("ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={RUN_LABEL}={run_id}",
-                        check=False, timeout=60)
-    left = out.stdout.split() if out.returncode == 0 else []
-    for cid in left:
-        engine.docker("rm", "--force", cid, check=False, timeout=120)
-    return left
+    return containers.sweep(RUN_LABEL, run_id)
 
 
 def read_evidence(path: Path) -> dict:

@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..host import grammar
 from ..host.errors import CheckFailure, HostError, UsageError, printable
 from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, Label
 from ..recipe.recipes import LoadedRecipe
@@ -375,9 +376,7 @@ def run(loaded: LoadedRecipe, image: str, readings: Path | None = None, record: 
         dry_run: bool = False) -> list[Check] | None:
     """Judge the host (or saved readings) and print the table; raises HostError on a host without Gaudi.
     `require_ready` turns a FAIL into the verdict."""
-    from .serve import image_problem
-
-    said = image_problem(image)
+    said = grammar.image_problem(image)
     if said:  # it reaches `docker image inspect IMAGE`: a value such as --help would be taken as a flag
         raise UsageError(f"--image {printable(image)}: {said}")
     if dry_run:

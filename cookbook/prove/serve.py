@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..host import engine, grammar, signals
+from ..host import containers, engine, grammar, signals
 from ..host.errors import CheckFailure, UsageError, printable
 from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, IMAGE_REPO, Label
 from ..host.progress import console, say
@@ -46,7 +45,6 @@ MODELS_DIR = "/models"
 HOST_REFUSED = ("/proc", "/sys", "/dev", "/run", "/var/run", "/etc", "/boot", "/var/lib/docker")
 # An env name that looks like a credential is never taken by value (argv, `ps`, `docker inspect`, logs).
 SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE_?KEY|AUTH", re.IGNORECASE)
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 # A 27B model loads and compiles for many minutes on a Gaudi; a tiny CPU model in about a minute.
 DEFAULT_TIMEOUT_S = 1800.0
@@ -84,7 +82,7 @@ def default_image(loaded: LoadedRecipe, repo: str = IMAGE_REPO) -> str:
 
 def check_spec(spec: RunSpec) -> None:
     """Refuse what Docker would misread, before anything runs (a dry run too)."""
-    said = image_problem(spec.image)
+    said = grammar.image_problem(spec.image)
     if said:
         raise UsageError(f"--image {spec.image!r} is not an image reference: {said}")
     if not NAME_RE.match(spec.name):
@@ -111,14 +109,6 @@ def check_spec(spec: RunSpec) -> None:
         if said:  # mounted read-write, so refused wherever a read-only --volume is
             raise UsageError(f"--hf-cache {printable(spec.hf_cache)}: {said}",
                              hint=f"a folder of its own, such as {HF_CACHE_HOST} ('' for none)")
-
-
-def image_problem(ref: str) -> str | None:
-    """An image reference as Docker takes it: NAME[:TAG], or NAME[:TAG]@sha256:<64 hex> as `publish` prints."""
-    name, at, digest = ref.partition("@")
-    if at and not DIGEST_RE.match(digest):
-        return "a digest is sha256: and 64 lower-case hex digits"
-    return grammar.image_ref_problem(name)
 
 
 def option_problem(option: str) -> str | None:
@@ -184,26 +174,24 @@ def host_folder_problem(host: str) -> str | None:
 def run_argv(spec: RunSpec) -> list[str]:
     """The `docker run` arguments (after `docker`) of the README's Serving section, detached and named."""
     # Labelled, so a container the cookbook started is found again: docker ps --filter label=cookbook.container
-    argv = ["run", "--detach", "--name", spec.name, "--label", f"{Label.CONTAINER}={spec.role}"]
-    if spec.recipe:
-        argv += ["--label", f"{Label.RECIPE}={spec.recipe}"]
+    options = ["--detach", "--name", spec.name]
     if spec.runtime:
-        argv.append(f"--runtime={spec.runtime}")
+        options.append(f"--runtime={spec.runtime}")
         if spec.runtime == GAUDI_RUNTIME:
             for k, v in GAUDI_DEVICE_ENV.items():
-                argv += ["-e", f"{k}={v}"]
+                options += ["-e", f"{k}={v}"]
     for name in spec.pass_env:
-        argv += ["-e", name]
+        options += ["-e", name]
     for k, v in spec.env.items():
-        argv += ["-e", f"{k}={v}"]
+        options += ["-e", f"{k}={v}"]
     if spec.hf_cache:
-        argv += ["-v", f"{os.path.expanduser(spec.hf_cache)}:{HF_CACHE_IN_IMAGE}"]
+        options += ["-v", f"{os.path.expanduser(spec.hf_cache)}:{HF_CACHE_IN_IMAGE}"]
     published = f"{spec.publish_ip}:" if spec.publish_ip else ""
-    argv += ["-p", f"{published}{spec.port}:{spec.container_port}", *BASE_OPTIONS, *spec.options]
+    options += ["-p", f"{published}{spec.port}:{spec.container_port}", *BASE_OPTIONS, *spec.options]
     if spec.entrypoint:
-        argv.append(f"--entrypoint={spec.entrypoint}")
-    argv += [spec.image, *spec.args]
-    return argv
+        options.append(f"--entrypoint={spec.entrypoint}")
+    labels = {Label.RECIPE: spec.recipe} if spec.recipe else {}
+    return containers.argv("run", spec.image, spec.args, role=spec.role, labels=labels, options=options)
 
 
 def shown(argv: list[str]) -> str:
@@ -258,15 +246,6 @@ class Running:
     container_id: str = ""
 
 
-def _follow_logs(cid: str, log_path: Path) -> subprocess.Popen:
-    """`docker logs -f` into a file, in its own session: it ends when the container is removed, and
-    outlives `invoke serve` (the user's server keeps its log)."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as out:
-        return subprocess.Popen([engine.client().path, "logs", "--follow", "--timestamps", cid], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-
-
 def _stop(follower: subprocess.Popen | None) -> None:
     if follower is not None and follower.poll() is None:
         follower.terminate()
@@ -276,18 +255,6 @@ def _stop(follower: subprocess.Popen | None) -> None:
             follower.kill()
 
 
-def _running(cid: str) -> bool:
-    out = engine.docker("inspect", "--format", "{{.State.Running}}", cid, check=False)
-    return out.returncode == 0 and out.stdout.strip() == "true"
-
-
-def remove(cid: str) -> bool:
-    """`docker rm -f ID` of a container this run created (never by name: the name may be another
-    container's); True when it was removed."""
-    out = engine.docker("rm", "--force", cid, check=False, timeout=120)
-    return out.returncode == 0
-
-
 def tail(path: Path, lines: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -295,35 +262,29 @@ def tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def launch(spec: RunSpec) -> str:
-    """`docker run` the container; its id. The id comes from --cidfile, written as soon as the container
-    is created: a run that fails or is interrupted after that removes its own container, and one that
-    fails before (a name already taken) touches nothing."""
+def launch_argv(spec: RunSpec) -> list[str]:
+    """The spec checked, the engine asked, and the `docker run` arguments said before they run."""
     check_spec(spec)
     engine.require_daemon()
     argv = run_argv(spec)
     say("docker " + shlex.join(argv))
-    with tempfile.TemporaryDirectory(prefix="cookbook-run.") as tmp:
-        cidfile = Path(tmp) / "cid"
-        argv = [*argv[:2], f"--cidfile={cidfile}", *argv[2:]]
-        try:
-            engine.docker(*argv, timeout=300)
-        except BaseException:
-            cid = cidfile.read_text().strip() if cidfile.is_file() else ""
-            if cid:
-                remove(cid)
-            raise
-        return cidfile.read_text().strip()
+    return argv
+
+
+def launch(spec: RunSpec) -> str:
+    """`docker run` the container; its id (containers.make: a run that fails or is interrupted removes
+    what it created, and one that fails before, on a name already taken, touches nothing)."""
+    return containers.make(launch_argv(spec), what=f"container {spec.name}")
 
 
 def await_healthy(spec: RunSpec, cid: str, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S,
                   ) -> tuple[Running, subprocess.Popen]:
     """Keep the container's log in `log_path` and wait for health. On a failure the follower is stopped
     and the caller removes the container (by `cid`)."""
-    follower = _follow_logs(cid, log_path)
+    follower = containers.follow_logs(cid, log_path)
     say(f"container {spec.name} ({cid[:12]}): log in {log_path}")
     try:
-        took = wait_healthy(spec.url + spec.health_path, timeout_s, alive=lambda: _running(cid),
+        took = wait_healthy(spec.url + spec.health_path, timeout_s, alive=lambda: containers.running(cid),
                             label=f"{spec.name}: waiting for {spec.health_path}")
     except CheckFailure as exc:
         time.sleep(1)  # the follower flushes the container's last lines
@@ -336,7 +297,7 @@ def await_healthy(spec: RunSpec, cid: str, log_path: Path, timeout_s: float = DE
     if follower.poll() is not None and follower.returncode != 0:
         say(f"warning: `docker logs` for {spec.name} ended with {follower.returncode}")
     say(f"container {spec.name} healthy after {took:.0f}s at {spec.url}")
-    image_id = engine.docker("inspect", "--format", "{{.Image}}", cid).stdout.strip()
+    image_id = containers.image_of(cid)
     return Running(spec.url, spec.name, log_path, image_id, cid), follower
 
 
@@ -344,16 +305,17 @@ def await_healthy(spec: RunSpec, cid: str, log_path: Path, timeout_s: float = DE
 def container(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[Running]:
     """A healthy container for the length of the block, ALWAYS removed after it (by the id this run
     created): on success, on a server that never becomes healthy, on an error, on Ctrl-C and on SIGTERM."""
-    cid, follower = "", None
-    with signals.interruptible():
-        try:
-            cid = launch(spec)
-            running, follower = await_healthy(spec, cid, log_path, timeout_s)
-            yield running
-        finally:
-            if cid and remove(cid):
-                say(f"container {spec.name} removed; its log is in {log_path}")
-            _stop(follower)
+    follower, cid = None, ""
+    try:
+        with containers.made(launch_argv(spec), what=f"container {spec.name}") as cid:
+            try:
+                running, follower = await_healthy(spec, cid, log_path, timeout_s)
+                yield running
+            finally:
+                _stop(follower)
+    finally:
+        if cid:
+            say(f"container {spec.name} removed; its log is in {log_path}")
 
 
 def spec_for(loaded: LoadedRecipe, image: str | None = None, port: int | None = None,
@@ -422,8 +384,7 @@ def serve(loaded: LoadedRecipe, spec: RunSpec, log_dir: Path, timeout_s: float, 
             cid = launch(spec)
             running, _ = await_healthy(spec, cid, log_path, timeout_s)  # its follower keeps the log
         except BaseException:
-            if cid:  # only the container this run created; a clash on the name created none
-                remove(cid)
+            containers.remove(cid)  # only the container this run created; a clash on the name created none
             raise
     print(f"url      {running.url}")
     print(f"log      {log_path}")

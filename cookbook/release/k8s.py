@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from ..host import engine, outdir
+from ..host import containers, engine, outdir
 from ..host.errors import ManifestError, UsageError, printable, where
 from ..host.names import HF_CACHE_IN_IMAGE, OCI, PROJECT, Label
 from ..host.paths import ROOT
@@ -114,18 +114,17 @@ def read_image(ref: str) -> ImageFacts:
     except docker.errors.ImageNotFound:
         raise ManifestError(f"no image {ref} on this Docker engine",
                             hint="pull it first, or name a local tag of the same image with --local") from None
-    with engine.sdk_errors(f"reading {MANIFEST_IN_IMAGE} of {ref}"):
-        container = client.containers.create(image.id, entrypoint=["true"])
+    what = f"reading {MANIFEST_IN_IMAGE} of {ref}"
+    args = containers.argv("create", image.id, role="k8s", options=["--network=none", "--entrypoint=true"])
+    with containers.made(args, what=what, timeout=120) as cid, engine.sdk_errors(what):
         try:
-            chunks, stat = container.get_archive(MANIFEST_IN_IMAGE)
+            chunks, stat = client.containers.get(cid).get_archive(MANIFEST_IN_IMAGE)
             said = archive_problem(stat)  # before a folder's whole tree is streamed
             if said:
                 raise manifest_error(ref, said)
             data = b"".join(chunks)
         except docker.errors.NotFound:
             raise ManifestError(f"{ref} has no {MANIFEST_IN_IMAGE}: it was not built by `invoke build`") from None
-        finally:
-            container.remove(force=True)
     facts = facts_of(image.attrs["Config"], manifest_of(ref, data))
     return dataclasses.replace(facts, image_id=image.id, repo_digests=tuple(image.attrs.get("RepoDigests") or ()))
 

@@ -172,9 +172,29 @@ def verdicts(stdout: str) -> dict[str, str]:
     return out
 
 
+def containers_of(image: str) -> set[str]:
+    return set(engine.docker("ps", "-a", "--filter", f"ancestor={image}", "--format", "{{.ID}}").stdout.split())
+
+
+@pytest.fixture(autouse=True)
+def others(request):
+    """The containers there before the test: the bases' images are shared with other checkouts' test runs
+    on this engine (the same layers give the same image id), whose containers are not this test's."""
+    if "bases" not in request.fixturenames and "odd_bases" not in request.fixturenames:
+        yield
+        return
+    out = engine.docker("ps", "-a", "--quiet", "--filter", "label=cookbook.container")
+    _before.clear()
+    _before.update(out.stdout.split())
+    yield
+
+
+_before: set[str] = set()
+
+
 def no_container_left(image: str) -> bool:
-    out = engine.docker("ps", "-a", "--filter", f"ancestor={image}", "--format", "{{.ID}}")
-    return out.stdout.strip() == ""
+    """No container of `image` but those that were there before the test."""
+    return not containers_of(image) - _before
 
 
 @pytest.mark.docker
@@ -186,7 +206,7 @@ def test_a_base_whose_files_match(bases):
     seen = verdicts(got.stdout)
     assert seen and set(seen.values()) == {MATCHES}, got.stdout
     assert f"site-packages {SITE}" in got.stdout
-    assert no_container_left(image)
+    assert no_container_left(image), (containers_of(image), _before)
 
 
 @pytest.mark.docker
@@ -204,7 +224,7 @@ def test_a_base_whose_file_differs_but_the_pack_applies(bases):
     text = (out / diff).read_text()
     assert text.startswith("--- a/") and "+# added by the base image\n" in text
     assert f"differs (+1 -0 lines): build/fixes-verify/{fix_base.slug(image)}/{diff}" in got.stdout
-    assert no_container_left(image)
+    assert no_container_left(image), (containers_of(image), _before)
 
 
 @pytest.mark.docker
@@ -218,7 +238,7 @@ def test_a_base_where_a_patch_conflicts(bases):
     assert seen[fix] == NO_APPLY, got.stdout
     below = got.stdout.split(f"{fix:36} {NO_APPLY}\n", 1)[1].splitlines()[0]
     assert "patch" in below  # why: the patch tool's own words
-    assert no_container_left(image)
+    assert no_container_left(image), (containers_of(image), _before)
 
 
 @pytest.mark.docker
@@ -227,7 +247,7 @@ def test_dry_run_reads_nothing_and_errors_are_one_line(bases):
     image, _ = bases["match"]
     dry = verify("--base", image, "--dry-run")
     assert dry.returncode == 0 and "docker cp CID:SITE/" in dry.stdout and "docker rm --force CID" in dry.stdout
-    assert no_container_left(image)
+    assert no_container_left(image), (containers_of(image), _before)
     wrong_site = verify("--base", image, "--site", "/opt/nowhere")
     assert wrong_site.returncode == 2 and wrong_site.stderr.startswith("error: no site-packages")
     assert "Traceback" not in wrong_site.stderr and no_container_left(image)
@@ -254,7 +274,7 @@ def test_an_interrupted_check_removes_its_container(bases, sig):
     finally:
         proc.kill()
     assert proc.returncode != 0
-    assert no_container_left(image)
+    assert no_container_left(image), (containers_of(image), _before)
 
 
 @pytest.mark.parametrize("data, why", [
@@ -305,6 +325,6 @@ def test_a_target_file_that_is_no_source_is_refused(odd_bases, task, kind, said)
     assert "Traceback" not in got.stderr
     error = next(line for line in got.stderr.splitlines() if line.startswith("error: "))
     assert name in error and said in error, got.stderr
-    assert no_container_left(image)
+    assert no_container_left(image), (containers_of(image), _before)
     for folder in ("fixes-verify", "fixes-rebase"):
         assert not (ROOT / "build" / folder / fix_base.slug(image)).exists()  # refused before anything is written

@@ -52,3 +52,13 @@ def test_prose_may_break_lines_but_nothing_else():
 ])
 def test_tags_and_repositories(ref, name_only, ok):
     assert (grammar.image_ref_problem(ref, name_only) is None) == ok
+
+
+@pytest.mark.parametrize("ref,said", [
+    ("reg.example:5000/x/y:1@sha256:" + "a" * 64, None), ("x/y", None),
+    ("x/y@sha256:abc", "64 lower-case hex"), ("x/y@md5:" + "a" * 64, "64 lower-case hex"),
+    ("--help", "image"), ("X/Y@sha256:" + "a" * 64, "image"),
+])
+def test_image_references_with_a_digest(ref, said):
+    got = grammar.image_problem(ref)
+    assert got is None if said is None else said in got

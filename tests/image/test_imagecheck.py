@@ -2,17 +2,18 @@
 break it. Broken images are built FROM the good one with one line changed."""
 
 import json
+import signal
 import time
 
 import pytest
 
-from cookbook.host import engine
+from cookbook.host import containers, engine
 from cookbook.host.errors import CheckFailure
 from cookbook.image import imagecheck, render, standin
 from cookbook.recipe import recipes
 from inimage import fixplan
 
-from .. import packs
+from .. import interrupts, packs
 from ..conftest import TEST_REPO
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
@@ -154,7 +155,7 @@ def leftover(marker: str) -> list[str]:
 
 
 def test_a_timed_out_check_leaves_no_container(docker_engine, monkeypatch):
-    """Killing `docker run --rm`'s client does not stop its container: the check removes it by name, and
+    """Killing `docker run --rm`'s client does not stop its container: the check removes it by id, and
     `invoke test` sweeps whatever its run's label still finds."""
     import importlib.util
     import subprocess
@@ -204,36 +205,50 @@ def test_an_image_the_checks_cannot_start_fails_them_and_leaves_no_container(doc
 
 
 
-def test_sigterm_to_invoke_test_leaves_no_container_child_or_temp_folder(testpack_image, testpack, tmp_path):
-    """`invoke test` signalled while its checks run (a CI cancel, `timeout`): the image-check container and
-    every container of the run (found by its label) are removed, the checks' pytest process is gone, and
-    so is the temporary folder."""
-    import signal
+# The docker client, and after `docker run` a pause: the engine has made the container, its client still runs.
+SLOW_DOCKER = """#!/bin/sh
+{docker} "$@"; code=$?
+[ "$1" = run ] && sleep 120
+exit $code
+"""
 
-    from .. import interrupts
 
+@pytest.mark.parametrize("moment", ["while-made", "while-checking"])
+def test_sigterm_to_invoke_test_leaves_no_container_child_or_temp_folder(testpack_image, testpack, tmp_path, moment):
+    """`invoke test` signalled (a CI cancel, `timeout`) while the engine makes the image-check container
+    (it exists, its `docker run` client has not returned) and while its checks run: the container and
+    every container of the run are removed, the checks' pytest process is gone, and so is the temporary
+    folder."""
     tmp = tmp_path / "tmp"  # the task's TMPDIR: the checks' pytest names its files in there
+    env = {"COOKBOOK_FIXES_DIR": str(testpack)}
+    mine = f"ancestor={testpack_image.image_id}"
+
+    def made() -> str:
+        return engine.docker("ps", "--all", "--quiet", "--filter", mine, "--filter",
+                             "label=cookbook.container=image-check").stdout.strip()
 
     def checks_running() -> str:
-        """The container the checks' pytest was pointed at, once that pytest runs."""
         found = [c for c in interrupts.processes_naming(str(tmp)).values() if " -m pytest " in c]
-        return found[0].split("--hosts=docker://")[1].split()[0] if found else ""
+        return found[0] if found else ""
 
-    proc = interrupts.start(tmp, "test", "--recipe", RID, "--image", testpack_image.tags[0], "--standin",
-                            env={"COOKBOOK_FIXES_DIR": str(testpack)})
-    run_id = ""
+    if moment == "while-made":
+        slow = tmp_path / "slow-docker"
+        slow.write_text(SLOW_DOCKER.format(docker=engine.client().path))
+        slow.chmod(0o755)
+        env["COOKBOOK_DOCKER"] = str(slow)
+    proc = interrupts.start(tmp, "test", "--recipe", RID, "--image", testpack_image.tags[0], "--standin", env=env)
     try:
-        cid = interrupts.wait_for(checks_running, proc, 300, "image-check pytest")
-        run_id = json.loads(engine.docker("inspect", cid).stdout)[0]["Config"]["Labels"][imagecheck.RUN_LABEL]
+        interrupts.wait_for(made if moment == "while-made" else checks_running, proc, 300, moment)
         _, stderr = interrupts.interrupt(proc, signal.SIGTERM, timeout=60)
         assert proc.returncode == 1  # invoke's exit on KeyboardInterrupt
         assert "Traceback" not in stderr
-        left = engine.docker("ps", "--all", "--quiet", "--filter", f"label={imagecheck.RUN_LABEL}={run_id}")
+        left = engine.docker("ps", "--all", "--quiet", "--filter", mine, "--filter", "label=cookbook.container")
         assert left.stdout.split() == []
         assert interrupts.processes_naming(str(tmp)) == {}
         assert sorted(p.name for p in tmp.iterdir()) == []
     finally:
         proc.kill()
         interrupts.kill_left(str(tmp))
-        if run_id:
-            imagecheck.sweep(run_id)
+        for cid in engine.docker("ps", "--all", "--quiet", "--filter", mine, "--filter",
+                                 "label=cookbook.container=image-check").stdout.split():
+            containers.remove(cid)

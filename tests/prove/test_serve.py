@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from cookbook.host import engine
-from cookbook.host.errors import CheckFailure, EngineError, UsageError
+from cookbook.host.errors import CheckFailure, UsageError
 from cookbook.host.paths import ROOT
 from cookbook.prove import serve
 from cookbook.recipe import recipes
@@ -176,20 +176,6 @@ HEALTHY = "mkdir -p /srv && echo ok > /srv/health && cd /srv && exec python3 -m 
 NEVER = "cd /tmp && exec python3 -m http.server {port}"  # /health is a 404 for ever
 
 
-@pytest.fixture(scope="module")
-def rootfs(docker_engine):
-    from cookbook.image import standin
-
-    if not engine.image_exists(standin.ROOTFS_IMAGE):
-        try:
-            standin.ensure_rootfs_image()
-        except Exception as exc:  # no mmdebstrap, no Debian mirror
-            from ..conftest import unavailable
-
-            unavailable(f"no Debian rootfs image for a test container: {exc}")
-    return standin.ROOTFS_IMAGE
-
-
 def http_spec(image: str, script: str, port: int) -> serve.RunSpec:
     return serve.RunSpec(image=image, name=f"cookbook-test-serve-{uuid.uuid4().hex[:8]}", port=port,
                          container_port=port, runtime="", hf_cache=None,
@@ -251,8 +237,9 @@ def test_a_second_serve_of_the_same_name_leaves_the_first_running(rootfs, tmp_pa
     serve.serve(LOADED, s, tmp_path, timeout_s=60, dry_run=False)
     try:
         first = engine.docker("inspect", "--format", "{{.Id}}", s.name).stdout.strip()
-        with pytest.raises(EngineError, match="already in use"):
+        with pytest.raises(UsageError, match="already in use") as err:  # the name given: exit 2, with a fix
             serve.serve(LOADED, s, tmp_path, timeout_s=60, dry_run=False)
+        assert err.value.exit_code == 2 and "another --name" in err.value.hint
         state = engine.docker("inspect", "--format", "{{.State.Running}}", first, check=False).stdout.strip()
         assert state == "true"  # the user's first server is still up
         labels = engine.docker("inspect", "--format", "{{json .Config.Labels}}", s.name).stdout

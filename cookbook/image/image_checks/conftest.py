@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import uuid
 
 import pytest
 
@@ -100,15 +99,11 @@ RUN_LABEL = Label.CHECK_RUN
 
 
 def docker_run(image: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`docker run --rm` of the image, named and labelled: when the time is up only the client is killed,
-    so the container (still running) is removed here by its name."""
-    name = f"cookbook-check-{uuid.uuid4().hex[:12]}"
+    """`docker run --rm` of the image, labelled, through the cookbook's one container lifecycle: when the
+    time is up only the client is killed, so the container (still running) is removed by its id."""
+    from cookbook.host import containers
+
     run = os.environ.get("COOKBOOK_CHECK_RUN", "none")
-    flags = [f"--env={k}={v}" for k, v in (env or {}).items()]
-    argv = [DOCKER, "run", "--rm", "--name", name, "--label", f"{Label.CONTAINER}=image-check",
-            "--label", f"{RUN_LABEL}={run}", "--network", "none", *flags, image, *args]
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        subprocess.run([DOCKER, "rm", "--force", name], capture_output=True, timeout=120)
-        raise
+    options = ["--rm", "--network=none", *(f"--env={k}={v}" for k, v in (env or {}).items())]
+    argv = containers.argv("run", image, args, role="image-check", labels={RUN_LABEL: run}, options=options)
+    return containers.attached(argv, timeout=RUN_TIMEOUT_S, text=True)
