@@ -49,7 +49,7 @@ CODES = {
     errors.CookbookError: 1, errors.CheckFailure: 1, errors.SmokeFailure: 1, errors.BuildError: 1,
     errors.ManifestError: 1, errors.HostError: 1, errors.PublishError: 1, errors.PackFailure: 1,
     errors.ChainStopped: 1,
-    errors.UsageError: 2, errors.RecipeError: 2, errors.FixError: 2,
+    errors.UsageError: 2, errors.RecipeError: 2, errors.FixError: 2, errors.ImageMissing: 2,
     errors.UpstreamError: 3, errors.EngineError: 3, errors.WeightsError: 3, errors.PullError: 3,
     errors.PackDiffers: 4,
 }
