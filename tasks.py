@@ -215,7 +215,7 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile="v0.26.0", title="T
       help={"fix": "only this fix (repeatable; default: every written fix)",
             "keep": "lay the trees out here and keep them",
             "upstream": ("also run all of vllm-gaudi's own unit tests on the patched tree, but those "
-                         "tests/lab/upstream-excluded.txt names"),
+                         "cookbook/fixpack/lab/upstream-excluded.txt names"),
             "alone": "also run each fix's tests on a tree with that fix alone (and what it requires)",
             "profile": "fix profile", "dry_run": "print what would run"})
 @edge

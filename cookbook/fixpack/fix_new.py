@@ -124,9 +124,24 @@ def new_fix(name: str, edited: Path, package: str, profile_name: str, *, title: 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / patch_name).write_text(diff)
     (folder / "fix.yaml").write_text(yaml.safe_dump(spec, sort_keys=False, width=100))
-    say(f"fix {name}: {len(files)} file(s) into {folder}; fill in title, why and how"
-        if PLACEHOLDER in (title, why, how) else f"fix {name}: {len(files)} file(s) into {folder}")
+    lab_test = folder / f"test_fix_{name.replace('-', '_')}.py"  # where the lab looks (fix_lab.module_for)
+    lab_test.write_text(LAB_TEST.format(name=name))
+    say(f"fix {name}: {len(files)} file(s) into {folder}; fill in title, why and how, and its lab test"
+        if PLACEHOLDER in (title, why, how) else f"fix {name}: {len(files)} file(s) into {folder}; write its lab test")
     return folder
+
+
+# The lab test a new fix starts with: it fails on both trees, so the lab holds the fix as unproven
+# until the test shows the bug on the pristine tree and its absence on the patched one.
+LAB_TEST = '''"""{name}: the fix lab's proof (fails on the pristine release tree, passes on the patched one).
+The lab runs it with the tree under test first on the path (the `tree` fixture); docs/write-a-fix.md."""
+
+import pytest
+
+
+def test_the_bug_shows_on_pristine_and_not_on_patched(tree):
+    pytest.fail("not written yet: drive the release's code from `tree` so this fails before the fix")
+'''
 
 
 def own_changes(files: list[str], earlier: dict, package: str, pristine_root: Path, staged_root: Path,

@@ -137,3 +137,8 @@ def test_new_from_a_copy_with_the_earlier_fixes_keeps_only_its_own_changes(pack,
     assert list(spec.targets[0].files) == [other]
     patch = (pack / "prompt-order" / spec.patches[0].file).read_text()
     assert patch.startswith(f"--- a/{other}\n") and packs.MARK not in patch
+    # a fix is one folder: its lab test starts beside its patch, where the lab finds it, failing until written
+    from cookbook.fixpack import fix_lab
+
+    [lab_test] = fix_lab.modules_for("prompt-order", pack)
+    assert lab_test.parent == pack / "prompt-order" and "pytest.fail(" in lab_test.read_text()

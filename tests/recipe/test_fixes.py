@@ -164,3 +164,15 @@ def test_describe_marks_written_and_opt_in(pack):
     lines = fixes.describe("v0.26.0", root)
     assert any("hybrid-decode-pad" in line and "generic" in line and " written" in line for line in lines)
     assert any("gdn-prefix-cache" in line and "opt-in" in line and "not written" in line for line in lines)
+
+
+def test_a_fix_hash_is_what_the_fix_is_not_its_lab_tests(pack):
+    root, write = pack
+    folder = write("prompt-order")
+    before = fixes.fix_hashes(["prompt-order"], root)
+    (folder / "test_fix_prompt_order.py").write_text("def test_x():\n    pass\n")
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "test_fix_prompt_order.cpython-311.pyc").write_bytes(b"\0")
+    assert fixes.fix_hashes(["prompt-order"], root) == before  # a lab test proves the fix, it is not shipped
+    (folder / "README.md").write_text("what it does\n")
+    assert fixes.fix_hashes(["prompt-order"], root) != before
