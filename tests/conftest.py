@@ -17,8 +17,6 @@ from cookbook.recipe import fixes
 
 REFERENCE = RECIPES / "Qwen" / "Qwen3.5-27B-FP8" / "recipe.yaml"
 DELETE = object()
-# The fix lab has its own pytest root and environment (cookbook/fixpack/fix_lab.py runs it).
-collect_ignore = ["lab"]
 
 # What starts a Docker engine's containers or builds, a CPU vLLM server, or a fix-lab run. A test whose
 # fixtures reach one of these is marked `slow`, so `pytest -m "not slow"` is the fast loop; a new test

@@ -1,8 +1,8 @@
-"""A recipe's capacity figures: the capacity lab (tests/lab/_capacity.py, vLLM's real scheduler and KV
+"""A recipe's capacity figures: the capacity lab (cookbook/fixpack/lab/_capacity.py, vLLM's real scheduler and KV
 cache manager at the recipe's own KV cache configuration, no model) run on a release tree with the pack
 applied, written beside the recipe as capacity.json, which the recipe page's Capacity table shows.
 `invoke fixes.capacity` writes it; `--check` writes nothing and fails when it differs from a fresh run
-(tests/lab/test_pack_capacity.py holds the same figures in the lab)."""
+(cookbook/fixpack/lab/test_pack_capacity.py holds the same figures in the lab)."""
 
 from __future__ import annotations
 

@@ -3,9 +3,11 @@
 A tree is a site-packages folder laid out as the image has it (vLLM's and vllm-gaudi's Python files
 from the upstream cache, with their install metadata). The patched tree is made by the project's
 own applier (`python -m inimage.apply`) applying the pack to a pristine tree, so the lab tests exactly what an
-image gets. The lab's tests (`tests/lab/`) run in the lab's own environment (scripts/fix-lab.sh:
-CPU torch and vLLM's pure-Python requirements) with the tree first on the path; each fix's module,
-`tests/lab/test_fix_<name>.py`, must fail on the pristine tree and pass on the patched one.
+image gets. The lab runs in its own environment (scripts/fix-lab.sh: CPU torch and vLLM's pure-Python
+requirements) with the tree first on the path. A fix's lab tests live in its folder, beside its patches
+(`fixes/<name>/test_fix_<snake_name>.py`, and `..._engine.py` for an end-to-end one), and must fail on
+the pristine tree and pass on the patched one; the lab's harness (its fixtures, stubs for the Gaudi
+software, the engine and capacity helpers) and the pack's own modules are in `lab/` beside this module.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from ..host.progress import say
 from ..image import standin
 from ..recipe import fixes, release
 
-LAB_TESTS = ROOT / "tests" / "lab"
+LAB_TESTS = Path(__file__).resolve().parent / "lab"  # the harness: pytest's root for every lab run
+FIXTURES_PLUGIN = "lab_fixtures"  # lab/lab_fixtures.py, loaded with -p: a fix's tests sit outside LAB_TESTS
 STUBS = LAB_TESTS / "stubs"
 UPSTREAM_EXCLUDED = LAB_TESTS / "upstream-excluded.txt"
 UPSTREAM_TESTS = "tests/unit_tests"
@@ -49,13 +52,13 @@ class LabError(CookbookError):
 ENGINE_SUFFIX = "_engine"
 
 
-def module_for(fix: str) -> Path:
-    return LAB_TESTS / f"test_fix_{fix.replace('-', '_')}.py"
+def module_for(fix: str, fixes_dir: Path | None = None) -> Path:
+    return (fixes_dir or default_fixes_dir()) / fix / f"test_fix_{fix.replace('-', '_')}.py"
 
 
-def modules_for(fix: str) -> list[Path]:
-    """The fix's lab modules that exist: its own, then its end-to-end one."""
-    own = module_for(fix)
+def modules_for(fix: str, fixes_dir: Path | None = None) -> list[Path]:
+    """The fix's lab modules that exist, in its folder: its own, then its end-to-end one."""
+    own = module_for(fix, fixes_dir)
     return [p for p in (own, own.with_name(own.stem + ENGINE_SUFFIX + ".py")) if p.is_file()]
 
 
@@ -178,12 +181,13 @@ def minimal_env(environ: dict[str, str] | os._Environ, **extra: str) -> dict[str
     return {**{k: environ[k] for k in INHERITED if k in environ}, **extra}
 
 
-def lab_env_vars(tree: Path, stubs: Path = STUBS, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The tree first on the path, then the stubs for the Gaudi software; upstream's own fake-HPU
-    switch; no Hub access (the lab builds what it needs)."""
+def lab_env_vars(tree: Path, harness: Path = LAB_TESTS, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The tree first on the path, then the stubs for the Gaudi software and the harness (a fix's modules
+    import its helpers from there); upstream's own fake-HPU switch; no Hub access (the lab builds what
+    it needs)."""
     environ = os.environ if environ is None else environ
     return minimal_env(environ, **{
-        "PYTHONPATH": os.pathsep.join([str(tree), str(stubs)]),
+        "PYTHONPATH": os.pathsep.join([str(tree), str(harness / STUBS.name), str(harness)]),
         "COOKBOOK_LAB_TREE": str(tree),
         "VLLM_USE_FAKE_HPU": "1",
         "PT_HPU_LAZY_MODE": "0",
@@ -194,8 +198,24 @@ def lab_env_vars(tree: Path, stubs: Path = STUBS, environ: dict[str, str] | None
     })
 
 
+def targets_of(modules: list[Path], fixes_dir: Path | None, contained: bool) -> list[str]:
+    """pytest's arguments for lab modules, relative to LAB_TESTS (the working folder of a lab run): the
+    harness's own modules by name, a fix's through the fixes folder, which a contained run mounts where
+    a checkout has it."""
+    fixes_dir = fixes_dir or default_fixes_dir()
+    out = []
+    for m in modules:
+        if m.is_relative_to(LAB_TESTS):
+            out.append(str(m.relative_to(LAB_TESTS)))
+        elif contained:
+            out.append(os.path.relpath(Path(IN["fixes"]) / m.relative_to(fixes_dir), IN["lab"]))
+        else:
+            out.append(os.path.relpath(m, LAB_TESTS))
+    return out
+
+
 def run(tree: Path, targets: list[str], *, cwd: Path = LAB_TESTS, extra: list[str] | None = None,
-        timeout: int = 3600, contained: bool = False) -> Run:
+        timeout: int = 3600, contained: bool = False, fixes_dir: Path | None = None) -> Run:
     """Run pytest in the lab environment on `tree`; outcomes come from pytest's junit XML. `contained`:
     in a container (a base's files are in the tree: see `run_contained`), else a host process. The pytest
     process and what it starts (an engine's workers) are one process group, killed on an interrupt."""
@@ -203,9 +223,12 @@ def run(tree: Path, targets: list[str], *, cwd: Path = LAB_TESTS, extra: list[st
     with tempfile.TemporaryDirectory(prefix="cookbook-labrun.") as tmp:
         out = Path(tmp) / "out"
         out.mkdir()
-        args = [*(extra or []), *targets]
+        # The lab's own root and fixtures, named: a fix's modules sit outside LAB_TESTS, where pytest would
+        # find neither (upstream's unit tests, run from their own folder, keep their own).
+        own = ["-c", "pytest.ini", "--rootdir", ".", "-p", FIXTURES_PLUGIN] if cwd == LAB_TESTS else []
+        args = [*own, *(extra or []), *targets]
         if contained:
-            proc = run_contained(env_dir, tree, cwd, out, args, timeout)
+            proc = run_contained(env_dir, tree, cwd, out, args, timeout, fixes_dir or default_fixes_dir())
         else:
             proc = signals.run([str(env_dir / "bin" / "python"), *pytest_args(out / JUNIT, args)], cwd=cwd,
                                   env=lab_env_vars(tree), capture_output=True, text=True, timeout=timeout)
@@ -226,15 +249,17 @@ def pytest_args(junit: Path | str, args: list[str]) -> list[str]:
 # them, so the base's code runs. It never runs on the host: the lab's pytest runs in a container of the
 # stand-in rootfs (Debian, as the host the lab's Python was built on) with no network, no capabilities,
 # no new privileges, a read-only root, as nobody, with an environment made of the lab's own settings
-# alone. It sees, read-only, the lab's Python and its venv, tests/lab, recipes/ and the tree; the one
+# alone. It sees, read-only, the lab's Python and its venv, the harness, fixes/, recipes/ and the tree; the one
 # folder it may write is a scratch folder of its own (junit XML, model cache; /tmp is a tmpfs).
 NOBODY = "65534:65534"
 CONTAINED_ROLE = "fixes-lab"
 # Where everything goes in the container: host folders may sit under /root, which nobody cannot enter.
-# tests/lab and recipes/ keep their places in a checkout (tests/lab/_capacity.py reads ../../recipes).
+# The harness, fixes/ and recipes/ keep their places in a checkout (a fix's module is ../../../fixes/NAME/…
+# from the harness; lab/_capacity.py reads recipes/ from the checkout's root).
 OPT = "/opt/lab"  # where the contained lab mounts what it runs (run_contained)
 IN = {"python": f"{OPT}/python", "env": f"{OPT}/env", "venv": f"{OPT}/venv", "tree": f"{OPT}/tree",
-      "lab": f"{OPT}/repo/tests/lab", "recipes": f"{OPT}/repo/recipes", "cwd": f"{OPT}/cwd", "out": f"{OPT}/out"}
+      "lab": f"{OPT}/repo/cookbook/fixpack/lab", "fixes": f"{OPT}/repo/fixes", "recipes": f"{OPT}/repo/recipes",
+      "cwd": f"{OPT}/cwd", "out": f"{OPT}/out"}
 JUNIT_LIMIT = 64 << 20  # a hostile tree writes the junit XML: bounded, like any answer from outside
 
 
@@ -271,11 +296,11 @@ def contained_argv(image: str, mounts: dict[str, Path], workdir: str, env: dict[
 
 
 def run_contained(env_dir: Path, tree: Path, cwd: Path, out: Path, args: list[str],
-                  timeout: int) -> subprocess.CompletedProcess:
+                  timeout: int, fixes_dir: Path) -> subprocess.CompletedProcess:
     """The lab's pytest in a container (see above); the container is removed by its id whatever happens."""
     prefix, python = python_of(env_dir)
     mounts = {"python": prefix, "env": env_dir, "venv": venv_shim(out.parent / "venv", python), "tree": tree,
-              "lab": LAB_TESTS, "recipes": ROOT / "recipes", "out": out}
+              "lab": LAB_TESTS, "fixes": fixes_dir, "recipes": ROOT / "recipes", "out": out}
     workdir = IN["lab"]
     if cwd != LAB_TESTS:  # upstream's unit tests, from a copy of their folder
         mounts["cwd"], workdir = cwd, IN["cwd"]
@@ -286,7 +311,7 @@ def run_contained(env_dir: Path, tree: Path, cwd: Path, out: Path, args: list[st
     cache.mkdir(exist_ok=True)
     for path in [cache, *cache.rglob("*")]:
         path.chmod(0o777 if path.is_dir() else 0o666)
-    env = lab_env_vars(Path(IN["tree"]), Path(IN["lab"]) / STUBS.name, environ={}) | {
+    env = lab_env_vars(Path(IN["tree"]), Path(IN["lab"]), environ={}) | {
         "HOME": "/tmp", "COOKBOOK_CACHE": f"{IN['out']}/cache", "LD_LIBRARY_PATH": f"{IN['python']}/lib"}
     argv = contained_argv(standin.ROOTFS_IMAGE, mounts, workdir, env, pytest_args(f"{IN['out']}/{JUNIT}", args))
     # --rm removes it when it ends; a timeout or an interrupt ends only the client: removed by id then
@@ -348,7 +373,7 @@ def upstream_tests_root(profile_name: str | None = None) -> Path:
 
 
 def upstream_excluded(path: Path | None = None) -> dict[str, str]:
-    """{node id or node id prefix: why it cannot run here} from tests/lab/upstream-excluded.txt: each
+    """{node id or node id prefix: why it cannot run here} from cookbook/fixpack/lab/upstream-excluded.txt: each
     entry is under a `#` paragraph that gives its reason (a Gaudi kernel, a Hub download, ...)."""
     path = path or UPSTREAM_EXCLUDED
     out: dict[str, str] = {}
@@ -370,7 +395,7 @@ def run_upstream(tree: Path, excluded: dict[str, str] | None = None, profile_nam
                  contained: bool = False) -> Run:
     """All of vllm-gaudi's own unit tests (from the upstream cache, at the pinned commit) on `tree`, but
     the excluded ones, with the "hpu" device and the Hub model they name standing in
-    (tests/lab/stubs/lab_hpu_device.py). They run from a copy of the tests folder, so the cached
+    (cookbook/fixpack/lab/stubs/lab_hpu_device.py). They run from a copy of the tests folder, so the cached
     checkout's package never shadows the tree."""
     excluded = upstream_excluded() if excluded is None else excluded
     src = upstream_tests_root(profile_name)
@@ -394,7 +419,7 @@ class Verdict:
     def problems(self) -> list[str]:
         out = []
         if not self.patched:
-            out.append(f"no lab tests ({module_for(self.fix).relative_to(ROOT)})")
+            out.append(f"no lab tests (fixes/{self.fix}/{module_for(self.fix).name})")
         out += [f"{node} passes on the pristine tree: it cannot show the bug"
                 for node, o in self.pristine.items() if o == "passed"]
         out += [f"{node} {o} on the patched tree" for node, o in self.patched.items() if o != "passed"]
@@ -432,8 +457,9 @@ def run_alone(root: Path, fix: str, profile_name: str, fixes_dir: Path | None,
     except LabError as exc:
         return Alone(fix, {}, str(exc).splitlines()[0])
     try:
-        outcomes = run(tree, [str(m.relative_to(LAB_TESTS)) for m in modules_for(fix)],
-                       contained=base_files is not None).by_fix().get(fix, {})
+        contained = base_files is not None
+        outcomes = run(tree, targets_of(modules_for(fix, fixes_dir), fixes_dir, contained), contained=contained,
+                       fixes_dir=fixes_dir).by_fix().get(fix, {})
     finally:
         shutil.rmtree(tree, ignore_errors=True)
     return Alone(fix, outcomes)
@@ -475,17 +501,17 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
     image's target files, fixes.rebase) every lab process runs contained (`run_contained`)."""
     profile_name = release.profile_or_default(profile_name)
     names = check_named(only, profile_name, fixes_dir) or written_fixes(profile_name, fixes_dir)
-    modules = [m for n in names for m in modules_for(n)] + ([] if only else pack_modules())
+    modules = [m for n in names for m in modules_for(n, fixes_dir)] + ([] if only else pack_modules())
     if not only and pack_modules():
         names = [*names, PACK]
-    targets = [str(m.relative_to(LAB_TESTS)) for m in modules]
-    fix_names = [n for n in names if n != PACK]
     contained = base_files is not None
+    targets = targets_of(modules, fixes_dir, contained)
+    fix_names = [n for n in names if n != PACK]
     if dry_run:
         print(f"lay out the pristine and the patched release trees in {keep or 'a temporary folder'}")
         if contained:
             print(f"docker run --rm --network=none --user={NOBODY} --cap-drop=ALL --read-only [the lab's Python, "
-                  f"tests/lab and the tree read-only, a scratch folder] {standin.ROOTFS_IMAGE} "
+                  f"cookbook/fixpack/lab and the tree read-only, a scratch folder] {standin.ROOTFS_IMAGE} "
                   f"python -m pytest -p lab_stubs {' '.join(targets)}  (on each tree)")
         else:
             print(f"{environment()}/bin/python -m pytest -p lab_stubs {' '.join(targets)}  (on each tree)")
@@ -508,7 +534,8 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
         # Every run is a pytest process of its own: LAB_WORKERS at a time, the longest first.
         kinds = ("pristine", "patched")
         with signals.pool(LAB_WORKERS) as pool:  # on an interrupt the queued runs are dropped
-            tree_runs = [pool.submit(run, trees[kind], targets, contained=contained) if targets else None
+            tree_runs = [pool.submit(run, trees[kind], targets, contained=contained, fixes_dir=fixes_dir)
+                         if targets else None
                          for kind in kinds]
             upstream_run = (pool.submit(run_upstream, trees["patched"], upstream_excluded(), profile_name, contained)
                             if with_upstream else None)
@@ -571,7 +598,7 @@ def describe(report: Report) -> list[str]:
     return lines
 
 
-# What the pack costs on the hot path: tests/lab/_hostsync.py counts, per steady decode step of the
+# What the pack costs on the hot path: cookbook/fixpack/lab/_hostsync.py counts, per steady decode step of the
 # release's engine on the CPU, the host synchronisations each call site would make on a Gaudi. The
 # sampling workload: 8 requests decoding together, greedy, logprobs, top-p, top-k, min-p, penalties
 # and logit bias, prefix caching and async scheduling on.
@@ -581,7 +608,7 @@ COST_ARGS = ("--workload", "sampling")
 
 def host_syncs(tree: Path, args: tuple[str, ...] = COST_ARGS, timeout: int = 900) -> dict:
     """The counter's figures on `tree` (one engine, one process): steady decode steps, and per call
-    site the calls per step by kind (see tests/lab/_hostsync.py)."""
+    site the calls per step by kind (see cookbook/fixpack/lab/_hostsync.py)."""
     python = environment() / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix="cookbook-cost.") as tmp:
         out = Path(tmp) / "figures.json"
@@ -593,7 +620,7 @@ def host_syncs(tree: Path, args: tuple[str, ...] = COST_ARGS, timeout: int = 900
         return json.loads(out.read_text())
 
 
-# Kinds the counter reports that are no host sync (tests/lab/_hostsync.py `is_sync`).
+# Kinds the counter reports that are no host sync (cookbook/fixpack/lab/_hostsync.py `is_sync`).
 NOT_SYNCS = ("d2h async", "h2d async")
 MIXED = "mixed host/device operands of"
 

@@ -88,8 +88,9 @@ def new_fix(name: str, edited: Path, package: str, profile_name: str | None = No
     folder = fixes_dir / name
     if (folder / "fix.yaml").exists():
         raise FixError(f"fix {name} exists already ({folder})", hint="edit it, or remove it first")
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise UsageError(f"{folder} exists and is not an empty folder; not writing into it",
+    # The lab test may come first (it is written before the fix: docs/write-a-fix.md); nothing else may.
+    if folder.exists() and (not folder.is_dir() or any(not fixes.is_lab_file(p, folder) for p in folder.iterdir())):
+        raise UsageError(f"{folder} exists and holds more than the fix's lab tests; not writing into it",
                          hint="move it away first")
     roots = package_roots(profile)
     files = changed_files(roots[package], edited)
@@ -129,10 +130,27 @@ def new_fix(name: str, edited: Path, package: str, profile_name: str | None = No
     folder.mkdir(parents=True, exist_ok=True)
     (folder / patch_name).write_text(diff)
     (folder / "fix.yaml").write_text(yaml.safe_dump(spec, sort_keys=False, width=100))
+    lab_test = folder / f"test_fix_{name.replace('-', '_')}.py"  # where the lab looks (fix_lab.module_for)
     todo = [key for key, value in (("title", title), ("why", why), ("how", how)) if value == PLACEHOLDER]
     todo += [] if upstream else ["upstream"]
-    say(f"fix {name}: {len(files)} file(s) into {folder}" + (f"; fill in {', '.join(todo)}" if todo else ""))
+    if not lab_test.exists():  # one written first is kept
+        lab_test.write_text(LAB_TEST.format(name=name))
+        todo.append(f"its lab test ({lab_test.name})")
+    say(f"fix {name}: {len(files)} file(s) into {folder}; fill in {', '.join(todo)}")
     return folder
+
+
+# The lab test a new fix starts with: it fails on both trees, so the lab holds the fix as unproven
+# until the test shows the bug on the pristine tree and its absence on the patched one.
+LAB_TEST = '''"""{name}: the fix lab's proof (fails on the pristine release tree, passes on the patched one).
+The lab runs it with the tree under test first on the path (the `tree` fixture); docs/write-a-fix.md."""
+
+import pytest
+
+
+def test_the_bug_shows_on_pristine_and_not_on_patched(tree):
+    pytest.fail("not written yet: drive the release's code from `tree` so this fails before the fix")
+'''
 
 
 def own_changes(files: list[str], earlier: dict, package: str, pristine_root: Path, staged_root: Path,

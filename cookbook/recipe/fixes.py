@@ -390,8 +390,16 @@ def dumps(index: dict) -> str:
     return json.dumps(index, indent=2, sort_keys=True) + "\n"
 
 
+def is_lab_file(path: Path, folder: Path) -> bool:
+    """A fix's lab module (or bytecode of one) in its folder: proof of the fix, never shipped in an image."""
+    rel = path.relative_to(folder)
+    return rel.parts[0] == "__pycache__" or (len(rel.parts) == 1 and rel.name.startswith("test_")
+                                              and rel.suffix == ".py")
+
+
 def fix_hashes(names: list[str], fixes_dir: Path | None = None) -> dict[str, str]:
-    """A content hash per existing fix: fix.yaml and its patches, so the manifest tells fix versions apart."""
+    """A content hash per existing fix: what the fix is (fix.yaml, its patches, README), so the manifest tells
+    fix versions apart; its lab tests (`test_*.py` beside them) prove it and are not part of it."""
     fixes_dir = fixes_dir or default_fixes_dir()
     out = {}
     for name in names:
@@ -400,7 +408,7 @@ def fix_hashes(names: list[str], fixes_dir: Path | None = None) -> dict[str, str
             continue
         out[name] = fixplan.sha256_bytes(b"".join(
             path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0"
-            for path in sorted(p for p in folder.rglob("*") if p.is_file())))
+            for path in sorted(p for p in folder.rglob("*") if p.is_file() and not is_lab_file(p, folder))))
     return out
 
 

@@ -1,5 +1,5 @@
 """cookbook/fixpack/capacity.py: `invoke fixes.capacity` runs the capacity lab and writes or checks a
-recipe's capacity.json (the lab's own figures are held by tests/lab/test_pack_capacity.py)."""
+recipe's capacity.json (the lab's own figures are held by cookbook/fixpack/lab/test_pack_capacity.py)."""
 
 import json
 
@@ -32,7 +32,7 @@ def test_dry_run_prints_the_lab_command_and_writes_nothing():
     before = PAGE.read_bytes()
     out = invoke("fixes.capacity", "--recipe", "qwen3.5-27b-fp8", "--dry-run")
     assert out.returncode == 0, out.stderr
-    assert "tests/lab/_capacity.py --page --recipe" in out.stdout
+    assert "cookbook/fixpack/lab/_capacity.py --page --recipe" in out.stdout
     assert "would write recipes/Qwen/Qwen3.5-27B-FP8/capacity.json" in out.stdout
     assert PAGE.read_bytes() == before
 

@@ -24,7 +24,7 @@ def report(fix_lab_env, tmp_path_factory):
 
 @pytest.mark.parametrize("module, fix", [
     ("test_fix_prompt_order.py", "prompt-order"),
-    ("tests/lab/test_fix_gather_logprobs_int32.py", "gather-logprobs-int32"),
+    ("../../../fixes/gather-logprobs-int32/test_fix_gather_logprobs_int32.py", "gather-logprobs-int32"),
     ("test_fix_gdn_prefix_cache_engine.py", "gdn-prefix-cache"),
     ("test_lab.py", None),
     ("test_fixture.py", None),
@@ -68,13 +68,37 @@ def test_alone_holds_a_fix_to_pass_without_the_others(outcomes, error, problems)
     assert len(fix_lab.Alone("x", outcomes, error).problems) == problems
 
 
-def test_modules_for_lists_a_fixs_own_module_then_its_end_to_end_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(fix_lab, "LAB_TESTS", tmp_path)
-    assert fix_lab.modules_for("gdn-prefix-cache") == []
+def test_modules_for_lists_a_fixs_own_module_then_its_end_to_end_one(tmp_path):
+    assert fix_lab.modules_for("gdn-prefix-cache", tmp_path) == []
+    (tmp_path / "gdn-prefix-cache").mkdir()
     for name in ("test_fix_gdn_prefix_cache_engine.py", "test_fix_gdn_prefix_cache.py", "test_fix_gdn_other.py"):
-        (tmp_path / name).write_text("")
-    assert [p.name for p in fix_lab.modules_for("gdn-prefix-cache")] == [
+        (tmp_path / "gdn-prefix-cache" / name).write_text("")
+    assert [p.name for p in fix_lab.modules_for("gdn-prefix-cache", tmp_path)] == [
         "test_fix_gdn_prefix_cache.py", "test_fix_gdn_prefix_cache_engine.py"]
+
+
+def test_every_written_fix_keeps_its_lab_tests_in_its_own_folder():
+    for fix in WRITTEN:
+        assert fix_lab.modules_for(fix), f"fixes/{fix}/ holds no test_fix_*.py"
+    stray = [p.name for p in fix_lab.LAB_TESTS.glob("test_fix_*.py")]
+    assert stray == [], "a fix's lab module belongs in its fix's folder"
+
+
+@pytest.mark.parametrize("contained, want", [
+    (False, ["test_pack_serving.py", "../../../fixes/prompt-order/test_fix_prompt_order.py"]),
+    (True, ["test_pack_serving.py", "../../../fixes/prompt-order/test_fix_prompt_order.py"]),
+])
+def test_targets_reach_a_fixs_module_from_the_harness(contained, want):
+    modules = [fix_lab.LAB_TESTS / "test_pack_serving.py", *fix_lab.modules_for("prompt-order")]
+    assert fix_lab.targets_of(modules, None, contained) == want
+
+
+def test_a_contained_run_reaches_a_candidate_packs_module_through_its_mount(tmp_path):
+    module = tmp_path / "candidate" / "prompt-order" / "test_fix_prompt_order.py"
+    assert fix_lab.targets_of([module], tmp_path / "candidate", True) == [
+        "../../../fixes/prompt-order/test_fix_prompt_order.py"]
+    assert fix_lab.targets_of([module], tmp_path / "candidate", False) == [
+        __import__("os").path.relpath(module, fix_lab.LAB_TESTS)]
 
 
 def test_parse_junit_reads_each_outcome(tmp_path):
@@ -127,7 +151,7 @@ def test_lab_env_vars_carry_no_secret_of_the_caller(tmp_path):
 
 
 def test_a_contained_run_has_no_network_no_root_and_writes_only_its_scratch_folder(tmp_path):
-    mounts = {name: tmp_path / name for name in ("python", "env", "venv", "tree", "lab", "recipes", "out")}
+    mounts = {name: tmp_path / name for name in ("python", "env", "venv", "tree", "lab", "fixes", "recipes", "out")}
     argv = fix_lab.contained_argv("img", mounts, fix_lab.IN["lab"], {"A": "1"}, ["-m", "pytest"], "role=lab")
     image = argv.index("img")
     options, command = argv[:image], argv[image + 1:]
@@ -211,8 +235,9 @@ def test_each_fix_passes_alone_on_the_pristine_tree(report, fix):
     assert not alone.problems, "\n".join(alone.problems)
 
 
-# vllm-gaudi's unit tests that pass in the lab on the pristine release, measured (tests/lab/upstream-excluded.txt
-# names the rest, each with its reason): fewer on the patched tree means an exclusion grew or a test vanished.
+# vllm-gaudi's unit tests that pass in the lab on the pristine release, measured
+# (cookbook/fixpack/lab/upstream-excluded.txt names the rest, each with its reason): fewer on the
+# patched tree means an exclusion grew or a test vanished.
 UPSTREAM_PASSED_AT_LEAST = 491
 
 

@@ -1,4 +1,5 @@
-"""What the pack costs on the hot path (cookbook/fixpack/fix_lab.py `cost`, tests/lab/_hostsync.py): the release's
+"""What the pack costs on the hot path (cookbook/fixpack/fix_lab.py `cost`,
+cookbook/fixpack/lab/_hostsync.py): the release's
 engine on the CPU serves the same 8 requests on the pristine and on the patched tree, and the patched
 tree makes no more host synchronisations per steady decode step than the pristine one, call site by
 call site, unless a fix.yaml declares the site in `host_syncs` with its cost and reason."""

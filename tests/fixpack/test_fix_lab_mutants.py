@@ -1,5 +1,5 @@
-"""The pack's serving test (tests/lab/test_pack_serving.py) can fail: on a patched tree with one of
-gdn-prefix-cache's guarantees taken out again (tests/lab/_mutants.py), the conv state not restored on a
+"""The pack's serving test (cookbook/fixpack/lab/test_pack_serving.py) can fail: on a patched tree with one of
+gdn-prefix-cache's guarantees taken out again (cookbook/fixpack/lab/_mutants.py), the conv state not restored on a
 hit, new pages and slots not zeroed, or the checkpoints inside a prefill chunk taken one kernel chunk
 early, it must fail where the patched tree passes (test_fix_lab.py holds that). The float32 comparison
 catches the first and the last; unzeroed pages show as NaN logprobs in its bf16 run.

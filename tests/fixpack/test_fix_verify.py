@@ -5,7 +5,7 @@ import hashlib
 import pytest
 
 from cookbook.fixpack import fix_new, fix_verify
-from cookbook.host.errors import FixError
+from cookbook.host.errors import FixError, UsageError
 from cookbook.recipe import fixes
 
 from .. import packs
@@ -138,6 +138,11 @@ def test_new_from_a_copy_with_the_earlier_fixes_keeps_only_its_own_changes(pack,
     assert list(spec.targets[0].files) == [other]
     patch = (pack / "prompt-order" / spec.patches[0].file).read_text()
     assert patch.startswith(f"--- a/{other}\n") and packs.MARK not in patch
+    # a fix is one folder: its lab test starts beside its patch, where the lab finds it, failing until written
+    from cookbook.fixpack import fix_lab
+
+    [lab_test] = fix_lab.modules_for("prompt-order", pack)
+    assert lab_test.parent == pack / "prompt-order" and "pytest.fail(" in lab_test.read_text()
 
 
 def test_new_scaffolds_upstream_as_a_todo_the_loader_refuses(pack, tmp_path, upstream_cache):
@@ -152,3 +157,21 @@ def test_new_scaffolds_upstream_as_a_todo_the_loader_refuses(pack, tmp_path, ups
     with pytest.raises(FixError, match="`upstream` is still the scaffold's TODO") as err:
         fixes.load_fix("prompt-order", pack)
     assert "fix.yaml:" in str(err.value) and "docs/fix-lab.md" in str(err.value)
+
+
+def test_new_keeps_a_lab_test_written_first_and_refuses_anything_else(pack, tmp_path, upstream_cache):
+    root = upstream_cache[0] / "vllm_gaudi"
+    edit = tmp_path / "edit"
+    (edit / packs.RUNNER).parent.mkdir(parents=True)
+    (edit / packs.RUNNER).write_text(packs.mark_first_line((root / packs.RUNNER).read_text()))
+    (edit / "platform.py").write_text((root / "platform.py").read_text() + "# the new fix\n")
+    folder = pack / "prompt-order"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine\n")
+    with pytest.raises(UsageError, match="holds more than the fix's lab tests"):
+        fix_new.new_fix("prompt-order", edit, "vllm_gaudi", "v0.26.0", title="t", why="w", how="h", fixes_dir=pack)
+    (folder / "notes.txt").unlink()
+    (folder / "test_fix_prompt_order.py").write_text("def test_mine(tree):\n    assert tree\n")
+    fix_new.new_fix("prompt-order", edit, "vllm_gaudi", "v0.26.0", title="t", why="w", how="h", fixes_dir=pack)
+    assert (folder / "test_fix_prompt_order.py").read_text() == "def test_mine(tree):\n    assert tree\n"
+    assert (folder / "fix.yaml").is_file()

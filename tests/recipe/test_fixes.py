@@ -256,3 +256,15 @@ def test_every_fix_says_where_upstream_stands():
     assert {"vllm-gaudi#1725", "vllm-gaudi#1369"} <= set(found["gdn-prefix-cache"])
     assert "vllm#48567" in found["logprobs-decode-guard"] and "vllm#35687" in found["strict-think-end"]
     assert {"vllm#54497", "xgrammar#660"} <= set(found["whitespace-free-forced-tool-calls"])
+
+
+def test_a_fix_hash_is_what_the_fix_is_not_its_lab_tests(pack):
+    root, write = pack
+    folder = write("prompt-order")
+    before = fixes.fix_hashes(["prompt-order"], root)
+    (folder / "test_fix_prompt_order.py").write_text("def test_x():\n    pass\n")
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "test_fix_prompt_order.cpython-311.pyc").write_bytes(b"\0")
+    assert fixes.fix_hashes(["prompt-order"], root) == before  # a lab test proves the fix, it is not shipped
+    (folder / "README.md").write_text("what it does\n")
+    assert fixes.fix_hashes(["prompt-order"], root) != before

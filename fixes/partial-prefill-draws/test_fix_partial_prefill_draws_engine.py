@@ -5,9 +5,9 @@ away; the stock sampler draws that row from the request's seeded generator, so e
 the last moves the request's random stream one draw ahead. vLLM's GPU runner rewinds the generator of
 such a row.
 
-The release's engine on the CPU (tests/lab/_engine.py), prefix caching off: the same seeded requests on
+The release's engine on the CPU (cookbook/fixpack/lab/_engine.py), prefix caching off: the same seeded requests on
 an engine that prefills in chunks of two blocks with async scheduling, and on one that prefills each
-prompt in one step without it. The serving test's model and dtype (tests/lab/_serving.py: float32, so
+prompt in one step without it. The serving test's model and dtype (cookbook/fixpack/lab/_serving.py: float32, so
 two runs of a request differ by about 5e-6 and tokens compare exactly)."""
 
 import _engine

@@ -9,7 +9,7 @@ nothing was added or removed but a prompt in its next chunk sits before a runnin
 is sampled with row j's parameters. Penalties also read the prompt tokens from a CPU cache the
 swap leaves in the old order.
 
-The tests drive the release's `sample_tokens` on a real InputBatch (tests/lab/_step.py), and the
+The tests drive the release's `sample_tokens` on a real InputBatch (cookbook/fixpack/lab/_step.py), and the
 batch's own API for a swap made anywhere else; they also count what a reorder step copies to the
 device: the rows that moved, once, and not the whole batch nor the prompt-token tensor again.
 """

@@ -1,4 +1,4 @@
-"""The recipe's serving conditions in miniature, on the release's real engine (tests/lab/_engine.py), and
+"""The recipe's serving conditions in miniature, on the release's real engine (cookbook/fixpack/lab/_engine.py), and
 the yardstick the pack is held to under them: each request served among many must give exactly what it
 gives served alone.
 

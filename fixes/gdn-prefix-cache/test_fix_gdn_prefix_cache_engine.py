@@ -1,4 +1,4 @@
-"""gdn-prefix-cache end to end: the release's real engine on the CPU (tests/lab/_engine.py), the tiny
+"""gdn-prefix-cache end to end: the release's real engine on the CPU (cookbook/fixpack/lab/_engine.py), the tiny
 Qwen3.5 hybrid, prefix caching on. A request that hits a shared prefix of whole blocks, after another
 request dirtied the GDN slot, gives the tokens and logprobs of the same prompt run cold and of
 transformers' reference. On the stock tree the hit resumes from the slot's last owner and diverges.

@@ -1,4 +1,4 @@
-"""The serving test's yardstick (tests/lab/_serving.py): when a request served among others departs from
+"""The serving test's yardstick (cookbook/fixpack/lab/_serving.py): when a request served among others departs from
 itself served alone. Tokens exactly, whatever the feature: no near-tie is excused. No engine: the outputs
 are written here."""
 

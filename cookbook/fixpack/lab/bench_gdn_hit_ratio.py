@@ -1,5 +1,5 @@
 """Benchmark (not a test): how much of a shared prefix a prefix-cache hit reaches on the GDN hybrid,
-for shared prefixes of 1 to 20 blocks, through the release's real engine on the CPU (tests/lab/_engine.py),
+for shared prefixes of 1 to 20 blocks, through the release's real engine on the CPU (cookbook/fixpack/lab/_engine.py),
 the tiny Qwen3.5 hybrid (256-token blocks, 512-token prefill chunks: the recipe's 896 and 1,792 in
 miniature).
 
@@ -12,7 +12,7 @@ with them every boundary, so every ratio should be 1. The reader's first token m
 
 Run with a release tree (pristine or patched) first on the path, like the lab's tests:
 
-    cd tests/lab && PYTHONPATH=<tree>:stubs COOKBOOK_LAB_TREE=<tree> VLLM_USE_FAKE_HPU=1 \\
+    cd cookbook/fixpack/lab && PYTHONPATH=<tree>:stubs COOKBOOK_LAB_TREE=<tree> VLLM_USE_FAKE_HPU=1 \\
         PT_HPU_LAZY_MODE=0 HF_HUB_OFFLINE=1 $(../../scripts/fix-lab.sh --print)/bin/python \\
         bench_gdn_hit_ratio.py [--max-blocks 20] [--tail 600]
 """

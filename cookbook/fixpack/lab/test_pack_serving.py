@@ -1,4 +1,4 @@
-"""The whole pack under the recipe's serving conditions (tests/lab/_serving.py): the release's real engine
+"""The whole pack under the recipe's serving conditions (cookbook/fixpack/lab/_serving.py): the release's real engine
 on the CPU, 47 requests mixing prefix-cache hits (some reaching into generated text, some restoring a
 checkpoint written inside a prefill chunk), preemption and resume, greedy and seeded sampling, the three
 penalties, min_tokens, logit_bias, bad_words, stop strings, logprobs, prompt logprobs and a JSON schema,

@@ -16,7 +16,7 @@ test_gdn_engine.py checks vLLM derives it.
 enforce_eager (with `compiled`, the release's torch.compile regions instead), the engine core
 in-process, the tree's plain prompt attention (`VLLM_PROMPT_USE_FUSEDSDPA=0`), a fixed number of KV
 blocks, chunks of two blocks; `dtype="float32"` keeps the model in float32 where the platform would run
-bf16 (`float32_kept`; the serving test's choice, tests/lab/_serving.py). `Reference` is transformers'
+bf16 (`float32_kept`; the serving test's choice, cookbook/fixpack/lab/_serving.py). `Reference` is transformers'
 greedy output on the same weights. `tiny_qwen35(text)` builds a variant of another text config.
 """
 

@@ -1,4 +1,4 @@
-"""The host-sync counter (tests/lab/_hostsync.py) on calls whose cost on a Gaudi is known: what it counts
+"""The host-sync counter (cookbook/fixpack/lab/_hostsync.py) on calls whose cost on a Gaudi is known: what it counts
 as a sync, what it does not, and where it says the call is. No engine: the release's own helpers and
 plain torch calls under `_engine.HpuOnCpu`. Holds on either tree (no fix's module)."""
 

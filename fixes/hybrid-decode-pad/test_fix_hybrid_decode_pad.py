@@ -6,7 +6,7 @@ decode batch write their K/V into kernel block num_blocks, a live block of which
 KV block num_blocks // 7. Patched, they write into the dummy kernel block.
 
 The release's own initialize_kv_cache and _create_decode_input_data run on Qwen3.5-27B's sizes
-(tests/lab/_hybrid.py says what stands in).
+(cookbook/fixpack/lab/_hybrid.py says what stands in).
 """
 
 from _hybrid import KERNEL_BLOCK, HybridRunner

@@ -1,5 +1,5 @@
 """Benchmark (not a test): time to first token of a prefix-cache hit against the same prompt cold,
-through the release's real engine on the CPU (tests/lab/_engine.py), the tiny Qwen3.5 hybrid.
+through the release's real engine on the CPU (cookbook/fixpack/lab/_engine.py), the tiny Qwen3.5 hybrid.
 
 Each round: the prompt (a shared prefix of `--prefix-blocks` blocks and a tail) runs cold under a
 salt of its own (no hit possible); another request on the same prefix caches it under the round's
@@ -9,7 +9,7 @@ must give the cold run's token and logprob (within the lab's tolerance), and hit
 
 Run with a release tree (pristine or patched) first on the path, like the lab's tests:
 
-    cd tests/lab && PYTHONPATH=<tree>:stubs COOKBOOK_LAB_TREE=<tree> VLLM_USE_FAKE_HPU=1 \\
+    cd cookbook/fixpack/lab && PYTHONPATH=<tree>:stubs COOKBOOK_LAB_TREE=<tree> VLLM_USE_FAKE_HPU=1 \\
         PT_HPU_LAZY_MODE=0 HF_HUB_OFFLINE=1 $(../../scripts/fix-lab.sh --print)/bin/python \\
         bench_gdn_ttft.py [--prefix-blocks 8] [--tail 64] [--rounds 5]
 """

@@ -1,5 +1,5 @@
 """logitsprocs-rows end to end: `min_tokens` with stop tokens through the release's real engine on the
-CPU (tests/lab/_engine.py: the tiny Qwen3.5 hybrid, prefix caching on), async scheduling off and on
+CPU (cookbook/fixpack/lab/_engine.py: the tiny Qwen3.5 hybrid, prefix caching on), async scheduling off and on
 (vLLM 0.26.0's default).
 
 A greedy request from a fixed prompt; its stop tokens are taken from its own unconstrained output. A

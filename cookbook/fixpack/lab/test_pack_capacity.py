@@ -1,4 +1,4 @@
-"""The pack at the recipe's scale (tests/lab/_capacity.py): vLLM 0.26's real scheduler and KV cache manager
+"""The pack at the recipe's scale (cookbook/fixpack/lab/_capacity.py): vLLM 0.26's real scheduler and KV cache manager
 with Qwen3.5-27B-FP8's own KV cache configuration (896-token hybrid blocks, the page's 711-block pool,
 1,792 batched tokens, 32 sequences, 262,144 tokens), async scheduling on as vLLM 0.26 defaults, no model.
 

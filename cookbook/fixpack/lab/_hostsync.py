@@ -1,4 +1,4 @@
-"""What the release's engine makes the host wait for, per step, counted on the CPU (tests/lab/_engine.py).
+"""What the release's engine makes the host wait for, per step, counted on the CPU (cookbook/fixpack/lab/_engine.py).
 
 On a Gaudi a step's host synchronisations are where the host stops until the device has caught up:
 a read of a device tensor's values (`.item()`, `.tolist()`, `.numpy()`, `bool()`, `int()`, a copy to the
@@ -462,7 +462,7 @@ def measure(prefix_caching: bool = True, async_scheduling: bool = True, compiled
     kwargs = dict(num_blocks=64, max_model_len=2048, max_num_seqs=32, max_num_batched_tokens=8 * _engine.BLOCK,
                   enable_chunked_prefill=True, env=workload_env(), prefix_caching=prefix_caching,
                   async_scheduling=async_scheduling) | engine_kwargs
-    if workload == "serving":  # the pack's serving conditions (tests/lab/_serving.py): the pristine tree dies
+    if workload == "serving":  # the pack's serving conditions (lab/_serving.py): the pristine tree dies
         import _serving
 
         # the serving conditions in the recipe's bf16 (the serving test runs float32 for exactness)

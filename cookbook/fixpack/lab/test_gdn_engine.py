@@ -1,4 +1,4 @@
-"""The release's real engine on the CPU (tests/lab/_engine.py) with the tiny Qwen3.5 hybrid: what holds
+"""The release's real engine on the CPU (cookbook/fixpack/lab/_engine.py) with the tiny Qwen3.5 hybrid: what holds
 on the pristine and on the patched tree alike. vLLM derives the hybrid block this model's geometry
 calls for (a multiple of the 128-token kernel block, as the 27B's 896), and a cold run, prefilled in
 chunks that end on block boundaries, gives transformers' greedy tokens and logprobs.

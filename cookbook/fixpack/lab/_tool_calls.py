@@ -4,7 +4,7 @@ The structural-tag formats vLLM 0.26.0's server can pick (a tool parser's `struc
 used when a request has tools and VLLM_ENFORCE_STRICT_TOOL_CALLING is on, vLLM's default), one
 parser per format, each with the call `get_weather(city="Paris", days=3)` as the model's own chat
 template writes it, and the same call padded with whitespace where the format's grammar leaves it
-free. tests/lab/test_structured_output_whitespace.py checks that this table is every format the
+free. cookbook/fixpack/lab/test_structured_output_whitespace.py checks that this table is every format the
 server can pick.
 
 The compile path is the engine's: the request's sampling parameters go through the engine-core

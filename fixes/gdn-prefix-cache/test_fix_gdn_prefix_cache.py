@@ -6,7 +6,7 @@ restores the checkpoint of the last cached block into the slot of a request that
 hit, zeroes a slot when it hands it to a request and the page of every block id new in a step,
 whatever its group (fixes/gdn-prefix-cache/README.md).
 
-Driven through the tree's own runner methods on CPU: `initialize_kv_cache` (tests/lab/_gdn_ckpt.py's
+Driven through the tree's own runner methods on CPU: `initialize_kv_cache` (cookbook/fixpack/lab/_gdn_ckpt.py's
 `hybrid_caches`: only the set-up around the allocation stands in), `_update_states` and
 `execute_model` on a real InputBatch and real SchedulerOutputs, `prepare_mamba_state_idxs` and
 `_form_prefill_batch` for the hit's mamba metadata. What stands in: the model, the pipeline group
@@ -138,7 +138,7 @@ def test_prefix_caching_without_compact_gdn_is_refused(monkeypatch):
 ], ids=["speculative-decoding", "kv-connector", "mamba-cache-mode", "worker-in-another-process"])
 def test_what_the_checkpoints_cannot_serve_is_refused_at_start_up(monkeypatch, changes, reason):
     """The stock runner starts with each of these; with speculative decoding its first step raises
-    inside execute_model (tests/lab/test_fix_gdn_prefix_cache_engine.py), ending every request."""
+    inside execute_model (fixes/gdn-prefix-cache/test_fix_gdn_prefix_cache_engine.py), ending every request."""
     monkeypatch.setenv("VLLM_COMPACT_GDN", "1")
     runner = object.__new__(HPUModelRunner)
     runner.vllm_config = _serving_config(**changes)

@@ -2,7 +2,7 @@
 attention page, the block arithmetic, and one Gated DeltaNet layer's prefill driven through the
 release's own ops (`vllm_gaudi.ops.hpu_gdn_pytorch`, `vllm_gaudi.ops.causal_conv1d_pytorch`) exactly
 as `HPUGatedDeltaNetAttention.forward` calls them for one prompt chunk. The design is in
-fixes/gdn-prefix-cache/README.md; tests/lab/test_gdn_layout.py holds it to the real math.
+fixes/gdn-prefix-cache/README.md; cookbook/fixpack/lab/test_gdn_layout.py holds it to the real math.
 
 Layout (one KV tensor of the hybrid cache is shared by one attention layer and one GDN layer of each
 GDN group; a block id belongs to one group at a time). The checkpoint of GDN layer (g, t) at a block
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RECIPE = REPO / "recipes" / "Qwen" / "Qwen3.5-27B-FP8" / "recipe.yaml"
 KERNEL_BLOCK = 128  # the HPU paged-attention kernel block (platform.py's Gaudi default block size)
 BLOCK_TOKENS = 896  # the hybrid KV block of Qwen3.5-27B with prefix caching (7 kernel blocks)

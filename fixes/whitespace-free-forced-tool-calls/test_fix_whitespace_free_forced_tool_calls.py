@@ -5,7 +5,7 @@ Driven as the server does it: a tool parser adjusts a real ChatCompletionRequest
 parameters cross the engine-core serialisation, and the structured-output manager's own
 `_create_grammar` compiles them with a real backend (xgrammar, and llguidance on the JSON-schema
 path) over a byte-level tokenizer built in-process; the grammar is fed token by token what a model
-would write (tests/lab/_tool_calls.py).
+would write (cookbook/fixpack/lab/_tool_calls.py).
 
 - The structural-tag path (VLLM_ENFORCE_STRICT_TOOL_CALLING on, vLLM 0.26.0's default): every format
   the server can pick, the recipe's `qwen_3_coder` among them. Stock admits any run of whitespace in
@@ -15,7 +15,7 @@ would write (tests/lab/_tool_calls.py).
   the fix bounds it too, in both backends.
 
 What the fix must leave alone (plain structured output, `auto` tool calls) is pinned in
-tests/lab/test_structured_output_whitespace.py, which passes on both trees.
+cookbook/fixpack/lab/test_structured_output_whitespace.py, which passes on both trees.
 """
 
 import json

@@ -1,11 +1,14 @@
-"""The fix lab's pytest root. It runs in the lab's own environment (scripts/fix-lab.sh), never in
-the project's .venv: `cookbook.fixpack.fix_lab.run` starts it with a release tree (pristine or patched) first
-on PYTHONPATH, the Gaudi stubs after it and `-p lab_stubs`. Each `test_fix_<name>.py` (and its
-end-to-end companion `test_fix_<name>_engine.py`) proves one fix: every test in it fails on the
-pristine tree and passes on the patched one (tests/fixpack/test_fix_lab.py holds the lab to that). Run by hand:
+"""The fix lab's fixtures, a pytest plugin (`-p lab_fixtures`): a fix's lab modules live in its own
+folder (fixes/<name>/test_fix_<snake_name>.py), outside this harness, so a conftest.py here would not
+reach them. It runs in the lab's own environment (scripts/fix-lab.sh), never in the project's .venv:
+`cookbook.fixpack.fix_lab.run` starts pytest in this folder with `-c pytest.ini`, a release tree
+(pristine or patched) first on PYTHONPATH, then the Gaudi stubs and this folder, and `-p lab_stubs -p
+lab_fixtures`. Every test of a fix's module fails on the pristine tree and passes on the patched one
+(tests/fixpack/test_fix_lab.py holds the lab to that). Run by hand, from this folder:
 
-    cd tests/lab && PYTHONPATH=<tree>:stubs COOKBOOK_LAB_TREE=<tree> VLLM_USE_FAKE_HPU=1 \\
-        $(../../scripts/fix-lab.sh --print)/bin/python -m pytest -p lab_stubs
+    PYTHONPATH=<tree>:stubs:. COOKBOOK_LAB_TREE=<tree> VLLM_USE_FAKE_HPU=1 \
+        $(../../../scripts/fix-lab.sh --print)/bin/python -m pytest -c pytest.ini -p lab_stubs -p lab_fixtures \
+        test_pack_serving.py ../../../fixes/prompt-order/test_fix_prompt_order.py
 """
 
 import os
@@ -37,7 +40,7 @@ def patched(tree) -> bool:
 
 @pytest.fixture(scope="session")
 def qwen35_dir():
-    """The tiny Qwen3.5 hybrid (3 GDN layers, 1 attention layer) of tests/lab/_engine.py."""
+    """The tiny Qwen3.5 hybrid (3 GDN layers, 1 attention layer) of cookbook/fixpack/lab/_engine.py."""
     import _engine
 
     return _engine.tiny_qwen35()

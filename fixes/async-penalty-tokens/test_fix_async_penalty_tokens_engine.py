@@ -1,4 +1,4 @@
-"""async-penalty-tokens end to end: the release's real engine on the CPU (tests/lab/_engine.py), the tiny
+"""async-penalty-tokens end to end: the release's real engine on the CPU (cookbook/fixpack/lab/_engine.py), the tiny
 Qwen3.5 hybrid, greedy requests with a repetition, frequency or presence penalty. With async scheduling
 on (vLLM 0.26.0's default) each must generate what it generates with async scheduling off. On the stock
 tree the penalties never see the generated tokens under async scheduling: the repetition penalty lets a

@@ -7,7 +7,7 @@ patched tree alike (not a fix module: tests/fixpack/test_fix_lab.py runs it on b
 - The server-wide switch keeps its meaning for forced calls too (xgrammar: json.dumps' separators,
   guidance: compact JSON).
 - `tool_choice: auto` keeps its whitespace in every structural-tag format.
-- The formats tested (tests/lab/_tool_calls.py) are every one vLLM 0.26.0's server can pick: the
+- The formats tested (cookbook/fixpack/lab/_tool_calls.py) are every one vLLM 0.26.0's server can pick: the
   `structural_tag_model` of each of its tool parsers and of vllm-gaudi's, built by vLLM or by the lab's
   xgrammar.
 """

@@ -1,5 +1,5 @@
 """The "hpu" device as the CPU, for the fix lab: the torch function mode the lab's engine runs the
-release under (tests/lab/_engine.py), and a pytest plugin (`-p lab_hpu_device`, after `-p lab_stubs`)
+release under (cookbook/fixpack/lab/_engine.py), and a pytest plugin (`-p lab_hpu_device`, after `-p lab_stubs`)
 that puts vllm-gaudi's own unit tests under the same mode for their whole session.
 
 Those unit tests put tensors on `torch.device("hpu")` (or `current_platform.device_type`) by name; CPU
@@ -7,7 +7,7 @@ torch knows the name but has no HPU kernels. Under the mode every "hpu" device a
 the CPU before the call runs, so their arithmetic runs as on a card with one memory. What stays
 different: a tensor's `.device` reads "cpu", so a test that asserts the device type, or that needs an
 HPU kernel (TPC ops, FP8 casts), still fails here and is listed with its reason in
-tests/lab/upstream-excluded.txt. The plugin also gives the one Hub model their runner tests configure
+cookbook/fixpack/lab/upstream-excluded.txt. The plugin also gives the one Hub model their runner tests configure
 (facebook/opt-125m) as a config file in an offline Hub cache.
 
 Our own lab tests do not load the plugin (the mode costs a Python call per torch call); the engine

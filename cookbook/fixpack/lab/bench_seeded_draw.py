@@ -8,7 +8,7 @@ thread, CPU time of this thread (the machine is shared), min and median over `--
 
 Run with a release tree (pristine or patched) first on the path, like the lab's tests:
 
-    cd tests/lab && PYTHONPATH=<tree>:stubs VLLM_USE_FAKE_HPU=1 \\
+    cd cookbook/fixpack/lab && PYTHONPATH=<tree>:stubs VLLM_USE_FAKE_HPU=1 \\
         $(../../scripts/fix-lab.sh --print)/bin/python bench_seeded_draw.py [--rows 32] [--reps 15]
 """
 
