@@ -152,10 +152,10 @@ def test_lab_env_vars_carry_no_secret_of_the_caller(tmp_path):
 
 def test_a_contained_run_has_no_network_no_root_and_writes_only_its_scratch_folder(tmp_path):
     mounts = {name: tmp_path / name for name in ("python", "env", "venv", "tree", "lab", "fixes", "recipes", "out")}
-    argv = fix_lab.contained_argv("img", mounts, fix_lab.IN["lab"], {"A": "1"}, ["-m", "pytest"], "role=lab")
+    argv = fix_lab.contained_argv("img", mounts, fix_lab.IN["lab"], {"A": "1"}, ["-m", "pytest"], "lab")
     image = argv.index("img")
     options, command = argv[:image], argv[image + 1:]
-    assert argv[:2] == ["run", "--rm"]
+    assert argv[:3] == ["run", "--label", "cookbook.container=lab"] and "--rm" in options
     for want in ["--network=none", f"--user={fix_lab.NOBODY}", "--cap-drop=ALL", "--security-opt=no-new-privileges",
                  "--read-only", "--env=A=1", f"--workdir={fix_lab.IN['lab']}"]:
         assert want in options
