@@ -3,8 +3,8 @@ against a running OpenAI-compatible vLLM server, sized for that server (cookbook
 
 `run()` is the one entry point (`invoke smoke --url` calls it; a container run wraps it). It writes a
 versioned JSON result file and the page's Markdown table into `out_dir` and returns the result; the
-caller turns a failure into exit status 1. One module per family of checks; each registers its
-checks in core.CHECKS.
+caller turns a failure into exit status 1. One module per family of checks; registry.CHECKS maps each
+check's name to its function.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ...host.errors import RecipeError, UsageError, printable
+from ...host.errors import UsageError, printable
 from ..openai_client import BadAnswer, Server, ServerError, check_url
-from . import answers, bias, health, images, logprobs, needle, prefix, sizing, structured, tools  # noqa: F401
-from .core import CHECKS, Context, Outcome
+from . import registry, sizing
+from .core import Context, Outcome
+from .registry import check_names  # noqa: F401  (invoke validate)
 
 SCHEMA = "cookbook.smoke/v1"
 Progress = Callable[[str], None]
@@ -62,28 +63,12 @@ def recipe_block(recipe) -> int:
     return recipe.model.hybrid_kv_block or recipe.serve.block_size or 16
 
 
-def unknown_checks(checks: list) -> list[tuple[int, str]]:
-    """The rows (index, check name) whose check the suite does not have (core.CHECKS)."""
-    return [(i, c.check) for i, c in enumerate(checks) if c.check not in CHECKS]
-
-
-def check_names(loaded) -> None:
-    """`invoke validate`: every Verified row names a check the suite has. Otherwise a mistyped name
-    would pass validation and fail only when smoke runs, on a Gaudi host."""
-    bad = unknown_checks(loaded.recipe.verified.checks if loaded.recipe.verified else [])
-    if bad:
-        i, name = bad[0]
-        raise RecipeError(f"verified.checks[{i}] asks for the smoke check {printable(repr(name))}, which the suite "
-                          "does not have", where=loaded.line_of(("verified", "checks", i, "check")),
-                          hint="known checks: " + ", ".join(sorted(CHECKS)))
-
-
 def select(checks: list, only: list[str] | tuple[str, ...] = ()) -> list:
     """The recipe's checks to run, in the recipe's order; `only` names rows or check kinds."""
-    unknown = sorted({name for _, name in unknown_checks(checks)})
+    unknown = sorted({name for _, name in registry.unknown(checks)})
     if unknown:
         raise UsageError(f"the recipe asks for checks the suite does not have: {', '.join(unknown)}",
-                         hint="known checks: " + ", ".join(sorted(CHECKS)))
+                         hint=registry.known())
     if not only:
         return list(checks)
     wanted = set(only)
@@ -136,10 +121,11 @@ def run(loaded, url: str, *, scale: float = 1.0, out_dir: Path, only=(), progres
     try:
         for i, c in enumerate(checks, 1):
             say(f"[{i}/{len(checks)}] {c.name} ...")
+            check = registry.find(c.check)  # outside the try: a broken map entry is our bug, not the recipe's
             t0 = time.monotonic()
             asked = server.requests
             try:
-                outcome = CHECKS[c.check](ctx, dict(c.params))
+                outcome = check(ctx, dict(c.params))
             except ServerError as exc:  # a request a check did not expect to fail
                 outcome = Outcome("failed", str(exc))
             except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:

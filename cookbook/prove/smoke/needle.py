@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from ..openai_client import ServerError
 from . import haystack, sizing
-from .core import Context, Outcome, check, content, fresh_salt, said
+from .core import Context, Outcome, content, fresh_salt, said
 from .prompts import NEEDLE_WORD
 
 
-@check("needle")
 def needle(ctx: Context, params: dict) -> Outcome:
     sizes = [ctx.tokens(int(n)) for n in params.get("context_tokens", [65536, 131072, 244000])]
     depths = params.get("depths") or sizing.depths(len(sizes))
