@@ -1,0 +1,54 @@
+"""`invoke smoke`: the task's arguments checked, then the run (or, with --dry-run, the list of checks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...host.errors import UsageError
+from ..openai_client import check_url
+from .files import Result
+from .runner import plan, run
+from .table import markdown
+
+
+def parse_scale(text: str | None) -> float:
+    try:
+        scale = 1.0 if text is None else float(text)
+    except ValueError:
+        raise UsageError(f"--scale takes a number, not {text!r}") from None
+    if not 0 < scale <= 1e6:
+        raise UsageError(f"--scale must be positive, not {text}")
+    return scale
+
+
+def task(recipe: str, url: str | None, scale: str | None, out: Path | None, only, dry_run: bool, *,
+         image: str | None = None, image_id: str | None = None, log_path: Path | None = None,
+         args: tuple[str, ...] = ()) -> Result | None:
+    """`invoke smoke`: load the recipe, check the arguments, then run (or list, with dry_run) its checks.
+    `image`/`image_id`/`log_path`/`args`: the container started for the run (--image), recorded in smoke.json
+    with the image's content hash and base, the hardware its server reported in its log, and the vLLM
+    flags added to the recipe's, which the recipe page reads (cookbook/prove/results.py)."""
+    from ...host import progress
+    from ...host.paths import ROOT
+    from ...recipe import recipes
+    from .. import results
+
+    loaded = recipes.load(recipe)
+    factor = parse_scale(scale)
+    if not url:
+        raise UsageError("give the server to check: --url http://HOST:PORT")
+    url = check_url(url)
+    out_dir = out or ROOT / "build" / "smoke" / loaded.id
+    if dry_run:
+        print(f"would check {url} with {loaded.id}'s checks (sized from its /v1/models) into {out_dir}:")
+        for line in plan(loaded, only):
+            print("  " + line)
+        return None
+    target = {"url": url, "image": image, "image_id": image_id}
+    if image_id:
+        target.update(results.image_target(image, image_id, results.log_hardware(log_path),
+                                           results.image_labels(image_id), args))
+    result = run(loaded, url, scale=factor, out_dir=out_dir, only=only, progress=progress.say, target=target)
+    print(markdown(result), end="")
+    print(f"results: {out_dir / 'smoke.json'}")
+    return result
