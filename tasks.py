@@ -244,12 +244,12 @@ def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_
     """What the pack costs on the hot path: host syncs per steady decode step, pristine against patched."""
     from pathlib import Path
 
-    from cookbook.fixpack import fix_lab
+    from cookbook.fixpack import fix_cost
 
     args = ("--workload", workload) + (("--no-prefix-caching",) if no_prefix_caching else ()) + (
         ("--sync-scheduling",) if sync_scheduling else ())
-    report = fix_lab.cost(Path(keep) if keep else None, args, profile)
-    for line in fix_lab.describe_cost(report):
+    report = fix_cost.cost(Path(keep) if keep else None, args, profile)
+    for line in fix_cost.describe_cost(report):
         print(line)
     if report.problems:
         raise Exit("the pack adds host syncs to a steady decode step (above)", code=1)
