@@ -86,17 +86,7 @@ def ensure_rootfs_image() -> str:
         return image
     tar = cache_dir() / "vllm-cpu-base" / f"rootfs-{standin.SUITE}-{image.rsplit(':', 1)[1]}.tar"
     if not tar.is_file():
-        if not shutil.which("mmdebstrap"):
-            raise BuildError("mmdebstrap is not installed", hint="apt-get install mmdebstrap")
-        tar.parent.mkdir(parents=True, exist_ok=True)
-        tmp = tar.with_name(tar.name + ".partial")
-        say(f"vLLM CPU base: building a Debian {standin.SUITE} rootfs with {', '.join(PACKAGES)}")
-        proc = signals.run(standin.mmdebstrap_command(tmp, packages=PACKAGES), capture_output=True, text=True)
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise BuildError("mmdebstrap failed: " + proc.stderr.strip()[-800:],
-                             hint="check that Debian's package mirror is reachable (apt-get update)")
-        tmp.rename(tar)
+        standin.build_rootfs(tar, PACKAGES, "vLLM CPU base rootfs")
     engine.docker("import", "--change", 'CMD ["python3"]', str(tar), image, timeout=600)
     return image
 

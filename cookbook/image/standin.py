@@ -51,20 +51,25 @@ def ensure_rootfs(dry_run: bool = False) -> Path:
     if dry_run:
         print(" ".join(mmdebstrap_command(tar)))
         return tar
+    build_rootfs(tar, PACKAGES, "stand-in rootfs")
+    return tar
+
+
+def build_rootfs(tar: Path, packages: list[str], what: str) -> None:
+    """A Debian rootfs with `packages` into the tarball `tar` (the stand-in's and the CPU base's)."""
     if not shutil.which("mmdebstrap"):
         raise BuildError("mmdebstrap is not installed", hint="apt-get install mmdebstrap")
     tar.parent.mkdir(parents=True, exist_ok=True)
     # Written beside the cache entry and renamed into place, so an interrupted run leaves no tarball.
     tmp = tar.with_name(tar.name.replace(".tar", ".partial.tar"))
     _remove(tmp)
-    say(f"stand-in rootfs: building Debian {SUITE} with {', '.join(PACKAGES)} (about half a minute)")
-    proc = signals.run(mmdebstrap_command(tmp), capture_output=True, text=True)
+    say(f"{what}: building Debian {SUITE} with {', '.join(packages)} (about half a minute)")
+    proc = signals.run(mmdebstrap_command(tmp, packages=packages), capture_output=True, text=True)
     if proc.returncode != 0:
         _remove(tmp)
         raise BuildError("mmdebstrap failed: " + proc.stderr.strip()[-800:],
                          hint="check that Debian's package mirror is reachable (apt-get update)")
     tmp.rename(tar)
-    return tar
 
 
 def _remove(path: Path) -> None:
