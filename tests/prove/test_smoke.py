@@ -268,8 +268,19 @@ def test_a_check_added_in_one_place_is_validated_found_and_run(recipe_tree, host
     assert "| Model echo | served tiny | pass |" in (tmp_path / "out" / "smoke.md").read_text()
 
 
-def test_every_check_in_the_map_is_a_function():
-    """The map is read lazily, so a mistyped module or function would only show when a run asks for it."""
+def test_the_map_and_the_check_functions_are_the_same_set():
+    """The map is read lazily, so a mistyped module or function would only show when a run asks for it;
+    and a check function written in the package but left out of the map would never run."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from cookbook.prove import smoke
     from cookbook.prove.smoke import registry
 
-    assert all(callable(registry.find(name)) for name in registry.CHECKS)
+    mapped = {registry.find(name) for name in registry.CHECKS}
+    written = {fn for info in pkgutil.iter_modules(smoke.__path__)
+               for _, fn in inspect.getmembers(importlib.import_module(f"{smoke.__name__}.{info.name}"),
+                                               inspect.isfunction)
+               if fn.__annotations__.get("ctx") == "Context" and fn.__annotations__.get("return") == "Outcome"}
+    assert len(mapped) == len(registry.CHECKS) and mapped == written
