@@ -150,9 +150,9 @@ def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile=None,
             "no_prefix_caching": "serve with prefix caching off", "sync_scheduling": "serve with async scheduling off"})
 def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_scheduling=False, profile=None):
     """What the pack costs on the hot path: host syncs per steady decode step, pristine against patched."""
-    from cookbook.fixpack import fix_lab
+    from cookbook.fixpack import fix_cost
 
-    fix_lab.cost_task(cli.READ["keep"](keep), workload, no_prefix_caching, sync_scheduling, profile)
+    fix_cost.cost_task(cli.READ["keep"](keep), workload, no_prefix_caching, sync_scheduling, profile)
 
 
 @task(help={"to": "vllm-gaudi tag or commit to check the pack against", "from_": "git URL or local mirror of "

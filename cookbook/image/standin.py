@@ -52,20 +52,25 @@ def ensure_rootfs(dry_run: bool = False) -> Path:
     if dry_run:
         print(" ".join(mmdebstrap_command(tar)))
         return tar
+    build_rootfs(tar, PACKAGES, "stand-in rootfs")
+    return tar
+
+
+def build_rootfs(tar: Path, packages: list[str], what: str) -> None:
+    """A Debian rootfs with `packages` into the tarball `tar` (the stand-in's and the CPU base's)."""
     if not shutil.which("mmdebstrap"):
         raise BuildError("mmdebstrap is not installed", hint="apt-get install mmdebstrap")
     tar.parent.mkdir(parents=True, exist_ok=True)
     # Written beside the cache entry and renamed into place, so an interrupted run leaves no tarball.
     tmp = tar.with_name(tar.name.replace(".tar", ".partial.tar"))
     _remove(tmp)
-    say(f"stand-in rootfs: building Debian {SUITE} with {', '.join(PACKAGES)} (about half a minute)")
-    proc = signals.run(mmdebstrap_command(tmp), capture_output=True, text=True)
+    say(f"{what}: building Debian {SUITE} with {', '.join(packages)} (about half a minute)")
+    proc = signals.run(mmdebstrap_command(tmp, packages=packages), capture_output=True, text=True)
     if proc.returncode != 0:
         _remove(tmp)
         raise BuildError("mmdebstrap failed: " + proc.stderr.strip()[-800:],
                          hint="check that Debian's package mirror is reachable (apt-get update)")
     tmp.rename(tar)
-    return tar
 
 
 def _remove(path: Path) -> None:
@@ -87,12 +92,26 @@ def ensure_rootfs_image(dry_run: bool = False) -> None:
     engine.docker(*cmd)
 
 
-def _dist_info(site: Path, dist: str, version: str, top: str) -> None:
+def dist_info(site: Path, dist: str, version: str, top: str, installer: str = f"{PROJECT}-standin") -> None:
+    """The install metadata pip records, by which importlib.metadata finds `dist` (also the CPU base's)."""
     info = site / f"{dist}-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     (info / "top_level.txt").write_text(top + "\n")
-    (info / "INSTALLER").write_text(f"{PROJECT}-standin\n")
+    (info / "INSTALLER").write_text(installer + "\n")
+
+
+# The console script pip makes from vLLM's entry point (the stand-in's and the CPU base's). The guard
+# matters: vLLM starts its engine core with multiprocessing's spawn, which imports __main__ again.
+VLLM_SCRIPT = ("#!/usr/bin/python3\nimport sys\nfrom vllm.entrypoints.cli.main import main\n\n"
+               "if __name__ == '__main__':\n    sys.exit(main())\n")
+
+
+def write_vllm_script(bin_dir: Path) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "vllm"
+    script.write_text(VLLM_SCRIPT)
+    script.chmod(0o755)
 
 
 def _scm_version_file(version: str, commit: str) -> str:
@@ -123,19 +142,13 @@ def lay_site_packages(pins: upstream.Pins, site: Path) -> None:
     shutil.copytree(gaudi_src / "vllm_gaudi", site / "vllm_gaudi")
     version = pins.dist_version
     (site / "vllm_gaudi" / "_version.py").write_text(_scm_version_file(version, pins.vllm_gaudi_commit))
-    _dist_info(site, "vllm_gaudi", version, "vllm_gaudi")
+    dist_info(site, "vllm_gaudi", version, "vllm_gaudi")
     (site / f"vllm_gaudi-{version}.dist-info" / "entry_points.txt").write_text(ENTRY_POINTS)
 
 
 def stage_context(pins: upstream.Pins, dest: Path) -> None:
     lay_site_packages(pins, dest / "site-packages")
-    # The console script pip makes from vLLM's entry point; it needs torch, which a stand-in lacks.
-    bin_dir = dest / "bin"
-    bin_dir.mkdir()
-    script = bin_dir / "vllm"
-    script.write_text("#!/usr/bin/python3\nimport sys\nfrom vllm.entrypoints.cli.main import main\n\n"
-                      "if __name__ == '__main__':\n    sys.exit(main())\n")
-    script.chmod(0o755)
+    write_vllm_script(dest / "bin")  # it needs torch, which a stand-in lacks: there for the layout
     (dest / "Dockerfile").write_text(render.templates().get_template("standin.Dockerfile.j2").render(
         release=pins.vllm_gaudi_version, vllm_version=pins.vllm_version, gaudi_commit=pins.vllm_gaudi_commit,
         rootfs_image=ROOTFS_IMAGE, site_packages=SITE_PACKAGES))

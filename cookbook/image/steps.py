@@ -80,7 +80,9 @@ def tags_for(loaded: LoadedRecipe, repo: str, mark: str, content_hash: str, extr
     return tags
 
 
-def moving_tag(loaded: LoadedRecipe, repo: str, use_standin: bool) -> str:
+def moving_tag(loaded: LoadedRecipe, repo: str = IMAGE_REPO, use_standin: bool = False) -> str:
+    """The recipe's moving tag, `<repo>/<id>:<release>[-standin]`, as `invoke build` tags the image and
+    serve, docs, publish and the chain name it."""
     check_names(repo)
     return image_tags(repo, loaded.id, loaded.recipe.base.vllm_gaudi.version, "", tag_mark(use_standin, False))[1]
 

@@ -21,8 +21,9 @@ thread per stream, a thread waiting for the GIL read its first token late (the m
 
 Scenarios: `short` (streams x max_tokens after a short prompt) gives tokens/s (one stream), aggregate
 tokens/s over the wall time from the first send to the last token and the mean per-stream tokens/s
-(32 streams); `needle` is a cold chat prompt of prompt_tokens with a needle in the middle, timed to the
-end of the answer (seconds_to_answer). Sizes: the recipe's, times --scale, within the server's context.
+(32 streams); `needle` is a cold chat prompt of prompt_tokens with the smoke suite's needle in the middle
+(smoke/haystack.py), timed to the end of the answer (seconds_to_answer). Sizes: the recipe's, times
+--scale, within the server's context.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ..host.progress import say
 from ..recipe.recipes import LoadedRecipe
 from ..recipe.schema import Scenario
 from .openai_client import BadAnswer, Connections, Server, ServerError, check_url
+from .smoke import haystack
 
 SCHEMA = "cookbook.bench/v1"
 SHORT_PROMPT_TOKENS = 128  # "short prompt": when the scenario does not say prompt_tokens
@@ -50,8 +52,6 @@ NEEDLE_ANSWER_TOKENS = 1024  # a reasoning model thinks before it answers: a rea
 MIN_TOKENS = 8
 FILLER = ("The quiet harbour town kept its lighthouse burning through every winter storm, and the keepers "
           "wrote the weather in a ledger each evening before supper. ")
-NEEDLE = "The secret passphrase is {word}. "
-QUESTION = "What is the secret passphrase? Answer with the word only."
 REQUEST_TIMEOUT_S = 3600
 
 
@@ -234,28 +234,6 @@ def short_metrics(timings: list[Timing], begin: float, end: float) -> dict:
     return out
 
 
-def needle_messages(filler_text: str, sentences: int, word: str) -> list[dict]:
-    hay = [filler_text] * sentences
-    hay.insert(sentences // 2, NEEDLE.format(word=word))
-    return [{"role": "user", "content": "".join(hay) + "\n\n" + QUESTION}]
-
-
-def needle_prompt(server: Server, tokens: int, word: str) -> tuple[list[dict], int]:
-    """Chat messages of about `tokens` tokens (counted by the server's tokenizer with its chat template),
-    within one filler sentence; and their exact count."""
-    def count(n):
-        return server.count_chat(needle_messages(FILLER, n, word))
-
-    base, one = count(0), count(1)
-    per = max(1, one - base)
-    n = max(0, (tokens - base) // per)
-    got = count(n)
-    while got > tokens and n > 0:  # the template or a merge across sentences can add a token
-        n -= 1
-        got = count(n)
-    return needle_messages(FILLER, n, word), got
-
-
 def run_scenario(server: Server, w: Workload, repeats: int, filler: list[int], seeds: Iterator[int]) -> dict:
     runs = []
     warm = completion_body(server.model, token_prompt(filler, 32, 0), 16)
@@ -271,8 +249,7 @@ def run_scenario(server: Server, w: Workload, repeats: int, filler: list[int], s
                 raise CheckFailure(f"{w.name}: {len(failed)} of {len(timings)} requests failed: {failed[0]}")
             runs.append(short_metrics(timings, begin, end))
         else:
-            word = f"harbour-{uuid.uuid4().hex[:6]}"
-            messages, counted = needle_prompt(server, w.prompt_tokens, word)
+            messages, counted = haystack.build(server, w.prompt_tokens, 0.5)  # the smoke suite's needle prompt
             body = {"model": server.model, "messages": messages, "max_tokens": w.max_tokens, "temperature": 0.0,
                     "stream": True, "stream_options": {"include_usage": True}, "cache_salt": uuid.uuid4().hex}
             (t,), _, _ = concurrently(server, "/v1/chat/completions", [body], warm)
@@ -280,7 +257,7 @@ def run_scenario(server: Server, w: Workload, repeats: int, filler: list[int], s
                 raise CheckFailure(f"{w.name}: {t.error}")
             runs.append({"seconds_to_answer": t.latency, "median_ttft_s": t.ttft, "median_e2e_s": t.latency,
                          "prompt_tokens": [t.prompt_tokens or counted], "output_tokens": t.output_tokens,
-                         "needle_found": word in t.text})
+                         "needle_found": haystack.found(t.text)})
     return {"name": w.name, "title": w.title, "workload": asdict(w), "runs": runs, **summarise(runs, w.expect)}
 
 

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from ..host import outdir, signals
 from ..host.errors import CookbookError, RecipeError, printable
-from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, IMAGE_REPO
+from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE
 from ..host.paths import ROOT
 from ..host.progress import say
 from ..image import render
+from ..image.steps import moving_tag
 from ..recipe import derive, fixes, recipes
 from ..recipe.recipes import LoadedRecipe
 from . import measured, results
@@ -66,7 +67,7 @@ def continued(words: list[str], first: int) -> str:
 
 def docker_run(loaded: LoadedRecipe) -> str:
     r = loaded.recipe
-    image = f"{IMAGE_REPO}/{loaded.id}:{r.base.vllm_gaudi.version}"
+    image = moving_tag(loaded)  # as `invoke build` tags it
     return "\n".join([
         "docker run --runtime=habana -e HABANA_VISIBLE_DEVICES=all \\",
         "  -e HF_TOKEN \\",

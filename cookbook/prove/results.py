@@ -1,5 +1,5 @@
 """The result files the recipe pages read: the latest smoke and bench run of a recipe's image, exactly
-as `invoke smoke` (cookbook.smoke/v1, cookbook/prove/smoke/__init__.py) and `invoke bench` (cookbook.bench/v1,
+as `invoke smoke` (cookbook.smoke/v1, cookbook/prove/smoke/files.py) and `invoke bench` (cookbook.bench/v1,
 cookbook/prove/bench.py) write them. The tasks write into build/smoke/<id>/ and build/bench/<id>/; the run
 a page shows is copied (or written with --out) to `results/<recipe-id>/smoke.json` and `bench.json` and
 committed, so a page is generated from files in the repository alone.

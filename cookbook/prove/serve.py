@@ -22,8 +22,9 @@ from pathlib import Path
 
 from ..host import containers, engine, grammar, signals
 from ..host.errors import CheckFailure, UsageError, printable
-from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, IMAGE_REPO, Label
+from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, Label
 from ..host.progress import console, say
+from ..image.steps import moving_tag
 from ..recipe.recipes import LoadedRecipe
 
 # Passed through by name only, when set: the value never leaves Docker's own environment.
@@ -73,11 +74,6 @@ class RunSpec:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-
-def default_image(loaded: LoadedRecipe, repo: str = IMAGE_REPO) -> str:
-    """The recipe's moving tag, as `invoke build` tags it (`<repo>/<id>:<release>`)."""
-    return f"{repo}/{loaded.id}:{loaded.recipe.base.vllm_gaudi.version}"
 
 
 def check_spec(spec: RunSpec) -> None:
@@ -327,7 +323,7 @@ def spec_for(loaded: LoadedRecipe, image: str | None = None, port: int | None = 
     r = loaded.recipe
     env = dict(env or {})
     by_name = tuple(dict.fromkeys([*SECRET_ENV, *(k for k, v in env.items() if v is None)]))
-    return RunSpec(image=image or default_image(loaded), name=name or f"cookbook-{loaded.id}",
+    return RunSpec(image=image or moving_tag(loaded), name=name or f"cookbook-{loaded.id}",
                    port=port or r.image.port, container_port=r.image.port, runtime=runtime or None,
                    hf_cache=hf_cache or None, env={k: v for k, v in env.items() if v is not None},
                    pass_env=by_name, options=tuple(options), args=tuple(args), health_path=r.image.health_path,

@@ -67,7 +67,7 @@ class PatchRef(_Strict):
 
 class HostSync(_Strict):
     """A host synchronisation a fix adds to a steady decode step on purpose (the fix lab's cost guard,
-    tests/fixpack/test_fix_lab_cost.py, lets it pass): where, what it costs, and why it cannot be avoided."""
+    tests/fixpack/test_fix_cost.py, lets it pass): where, what it costs, and why it cannot be avoided."""
 
     site: StrictStr = Field(pattern=r"^(vllm|vllm_gaudi)/\S+\.py::\w+$",
                             description="<file under the site-packages tree>::<function>, as the lab names it")

@@ -129,11 +129,16 @@ def gdn_fix_needs_decode_pad(r: Recipe, p: Profile):
              f"{p.name} does not put it first.")]
 
 
+def _geometry_block(r: Recipe) -> int | None:
+    """The hybrid KV block the geometry gives at the recipe's kernel block (None: no block size, no GDN)."""
+    return None if r.serve.block_size is None else derive.hybrid_kv_block(r.model.geometry, r.serve.block_size)
+
+
 @rule("hybrid-kv-block-matches-geometry")
 def hybrid_block_matches(r: Recipe, p: Profile):
-    if r.serve.block_size is None or r.model.hybrid_kv_block is None:
+    if r.model.hybrid_kv_block is None or r.serve.block_size is None:
         return []
-    derived = derive.hybrid_kv_block(r.model.geometry, r.serve.block_size)
+    derived = _geometry_block(r)
     if derived == r.model.hybrid_kv_block:
         return []
     return [(("model", "hybrid_kv_block"),
@@ -144,10 +149,9 @@ def hybrid_block_matches(r: Recipe, p: Profile):
 
 @rule("batched-tokens-whole-hybrid-blocks")
 def batched_tokens_whole_blocks(r: Recipe, p: Profile):
-    if not (_hybrid(r) and derive.prefix_caching_on(r.serve)) or r.serve.block_size is None:
+    if not (_hybrid(r) and derive.prefix_caching_on(r.serve)):
         return []
-    block = derive.hybrid_kv_block(r.model.geometry, r.serve.block_size)
-    mnbt = r.serve.max_num_batched_tokens
+    block, mnbt = _geometry_block(r), r.serve.max_num_batched_tokens
     if block is None or (mnbt is not None and mnbt % block == 0):
         return []
     return [(("serve", "max_num_batched_tokens"),

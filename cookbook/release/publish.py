@@ -151,7 +151,8 @@ def publish(ref: str, target: str, *, image: str | None = None, standin: bool = 
     loaded = recipes.load(ref)
     image = image or steps.moving_tag(loaded, repo, standin)
     if dry_run:
-        content_tag = content_tag_of(image, loaded, standin, dry_run)
+        content_tag = content_tag_from(image, resolve(image, loaded)[1] if engine.image_exists(image) else None,
+                                       loaded, standin)
         with registry.credentials(registry.split_target(target)[0]) as creds:
             reg = registry.Registry(target, creds)
             content, moving = remote_tags(content_tag, loaded.recipe.base.vllm_gaudi.version, standin)
@@ -287,29 +288,14 @@ def _attach(reg, loaded, image_id, labels, repository, pushed, creds, changed, r
     return sbom_path, prov_path
 
 
-def content_tag_from(image: str, labels: dict[str, str], loaded, standin: bool) -> str:
-    """`<release>-<content hash prefix>[-standin]`, from the resolved image's `cookbook.content.hash`."""
-    content = labels.get(Label.CONTENT_HASH)
+def content_tag_from(image: str, labels: dict[str, str] | None, loaded, standin: bool) -> str:
+    """`<release>-<content hash prefix>[-standin]`, from the resolved image's `cookbook.content.hash`;
+    labels None: a dry run with no such local image, which shows where the hash goes."""
+    content = "<sha256>" if labels is None else labels.get(Label.CONTENT_HASH)
     if not content:
         raise PublishError(f"{image} has no {Label.CONTENT_HASH} label: it was not built by `invoke build`",
                            hint=f"invoke build --recipe {loaded.id}")
     return image_tags("r", loaded.id, loaded.recipe.base.vllm_gaudi.version, content,
-                      "standin" if standin else "")[0].rsplit(":", 1)[1]
-
-
-def content_tag_of(image: str, loaded, standin: bool, dry_run: bool) -> str:
-    """`<release>-<content hash prefix>[-standin]`, from the local image's `cookbook.content.hash`."""
-    content = None
-    if not dry_run or engine.image_exists(image):
-        engine.require_daemon()
-        if not engine.image_exists(image):
-            raise PublishError(f"no local image {image}", hint=f"build and check it first: invoke build --recipe "
-                               f"{loaded.id}, then invoke test --recipe {loaded.id}")
-        content = (engine.inspect(image)["Config"].get("Labels") or {}).get(Label.CONTENT_HASH)
-        if not content:
-            raise PublishError(f"{image} has no {Label.CONTENT_HASH} label: it was not built by `invoke build`",
-                               hint=f"invoke build --recipe {loaded.id}")
-    return image_tags("r", loaded.id, loaded.recipe.base.vllm_gaudi.version, content or "<sha256>",
                       "standin" if standin else "")[0].rsplit(":", 1)[1]
 
 

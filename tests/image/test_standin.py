@@ -43,3 +43,43 @@ def test_rootfs_is_a_debian_tarball_with_python_and_git(tmp_path, monkeypatch):
     assert {"./usr/bin/python3", "./usr/bin/git", "./usr/bin/patch"} <= names
     assert [p.name for p in tar.parent.iterdir()] == ["rootfs-bookworm.tar"]  # no partial left behind
     assert standin.ensure_rootfs() == tar  # cached: a second call does nothing
+
+
+def test_a_failed_rootfs_build_leaves_nothing_and_says_why(tmp_path, monkeypatch):
+    """The one rootfs builder (stand-in and CPU base): an mmdebstrap that writes half a tarball and fails
+    leaves neither tarball nor partial, and its last words are in the error."""
+    from cookbook.host.errors import BuildError
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mmdebstrap").write_text('#!/bin/sh\nfor a; do out=$prev; prev=$a; done\n'
+                                        'echo half > "$out"\necho "E: mirror unreachable" >&2\nexit 1\n')
+    (bin_dir / "mmdebstrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    tar = tmp_path / "cache" / "rootfs-bookworm-x.tar"
+    with pytest.raises(BuildError, match="mmdebstrap failed: E: mirror unreachable"):
+        standin.build_rootfs(tar, ["python3"], "test rootfs")
+    assert list(tar.parent.iterdir()) == []
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(BuildError, match="mmdebstrap is not installed"):
+        standin.build_rootfs(tar, ["python3"], "test rootfs")
+
+
+def test_the_vllm_script_runs_vllms_cli_and_only_as_main(tmp_path):
+    """The one `vllm` console script (stand-in and CPU base): it calls vLLM's CLI main and exits with its
+    code, and importing it again (as spawn imports __main__) runs nothing."""
+    import subprocess
+    import sys
+
+    cli = tmp_path / "lib" / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    (cli / "main.py").write_text("import sys\n\ndef main():\n    print('main', sys.argv[1:])\n    return 7\n")
+    standin.write_vllm_script(tmp_path / "bin")
+    script = tmp_path / "bin" / "vllm"
+    assert script.stat().st_mode & 0o111
+    env = {"PYTHONPATH": str(tmp_path / "lib"), "PATH": "/usr/bin:/bin"}
+    ran = subprocess.run([sys.executable, str(script), "serve", "m"], env=env, capture_output=True, text=True)
+    assert (ran.returncode, ran.stdout) == (7, "main ['serve', 'm']\n"), ran.stderr
+    imported = subprocess.run([sys.executable, "-c", f"import runpy; runpy.run_path({str(script)!r}, run_name='x')"],
+                              env=env, capture_output=True, text=True)
+    assert (imported.returncode, imported.stdout) == (0, ""), imported.stderr

@@ -115,6 +115,17 @@ def test_a_second_run_hits_no_prefix_cache(tiny_server):  # noqa: F811
     assert [r["cached_tokens"] for r in runs] == [0, 0]
 
 
+def test_the_needle_scenario_sends_the_smoke_suites_needle(tiny_server):  # noqa: F811
+    """One needle prompt for smoke and bench (smoke/haystack.py): of at most the size asked, and the tiny
+    model, trained on the smoke suite's haystack, finds its word."""
+    from cookbook.prove.openai_client import Server
+
+    server = Server.connect(tiny_server.url)
+    w = bench.Workload("n", "N", "needle", streams=1, prompt_tokens=600, max_tokens=32, expect={})
+    run = bench.run_scenario(server, w, 1, bench.filler_ids(server), iter(range(1, 10)))["runs"][0]
+    assert 560 <= run["prompt_tokens"][0] <= 600 and run["needle_found"] is True
+
+
 def test_summarise_medians_and_spread():
     s = bench.summarise([{"tokens_per_s": 10.0}, {"tokens_per_s": 12.0}, {"tokens_per_s": 11.0}], {"tokens_per_s": 9})
     assert s["values"] == {"tokens_per_s": 11.0}

@@ -238,3 +238,49 @@ def test_validate_refuses_a_check_the_suite_does_not_have(recipe_tree):
                                  "suite does not have")
     assert "recipe.yaml:" in out.stderr and "(key verified.checks.1.check)" in out.stderr
     assert "known checks: " in out.stderr and "known-answers" in out.stderr
+
+
+def test_a_check_added_in_one_place_is_validated_found_and_run(recipe_tree, hostile_url, tmp_path, monkeypatch):
+    """The seam: a new check is its module plus one entry in registry.CHECKS. Nothing else names it, yet
+    validate accepts it (and refused it before the entry), and a run imports and runs it."""
+    from cookbook.host.errors import RecipeError
+    from cookbook.prove import smoke
+    from cookbook.prove.smoke import registry
+    from cookbook.recipe import recipes
+
+    from ..conftest import variant
+
+    data = variant({})
+    data["verified"]["checks"] = [{"name": "echo", "check": "model-echo", "title": "Model echo", "expect": "its id"}]
+    _, write = recipe_tree
+    loaded = recipes.load(str(write(data)))
+    with pytest.raises(RecipeError, match="'model-echo', which the suite does not have"):
+        smoke.check_names(loaded)
+
+    (tmp_path / "extra_check.py").write_text(
+        "from cookbook.prove.smoke.core import Outcome\n\n\n"
+        "def model_echo(ctx, params):\n    return Outcome('passed', 'served ' + ctx.server.model)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry.CHECKS, "model-echo", "extra_check:model_echo")
+    smoke.check_names(loaded)
+    result = smoke.run(loaded, f"{hostile_url}/not-object", out_dir=tmp_path / "out")
+    assert [(r["name"], r["status"], r["result"]) for r in result.rows] == [("echo", "passed", "served tiny")]
+    assert "| Model echo | served tiny | pass |" in (tmp_path / "out" / "smoke.md").read_text()
+
+
+def test_the_map_and_the_check_functions_are_the_same_set():
+    """The map is read lazily, so a mistyped module or function would only show when a run asks for it;
+    and a check function written in the package but left out of the map would never run."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from cookbook.prove import smoke
+    from cookbook.prove.smoke import registry
+
+    mapped = {registry.find(name) for name in registry.CHECKS}
+    written = {fn for info in pkgutil.iter_modules(smoke.__path__)
+               for _, fn in inspect.getmembers(importlib.import_module(f"{smoke.__name__}.{info.name}"),
+                                               inspect.isfunction)
+               if fn.__annotations__.get("ctx") == "Context" and fn.__annotations__.get("return") == "Outcome"}
+    assert len(mapped) == len(registry.CHECKS) and mapped == written

@@ -115,6 +115,21 @@ def test_remote_tags(standin, moving):
     assert publish.remote_tags("v0.26.0-abcd1234", "v0.26.0", standin) == ("v0.26.0-abcd1234", moving)
 
 
+@pytest.mark.parametrize(("labels", "standin", "tag"), [
+    ({"cookbook.content.hash": "abcdef1234567890"}, False, "v0.26.0-abcdef12"),
+    ({"cookbook.content.hash": "abcdef1234567890"}, True, "v0.26.0-abcdef12-standin"),
+    (None, False, "v0.26.0-<sha256>"),  # a dry run with no such local image: where the hash goes
+    ({}, False, None), ({"cookbook.content.hash": ""}, False, None)])
+def test_content_tag_from_the_labels(labels, standin, tag):
+    """One content tag for the push and its dry run, from the image's own label."""
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    if tag is None:
+        with pytest.raises(PublishError, match="no cookbook.content.hash label"):
+            publish.content_tag_from("img", labels, loaded, standin)
+    else:
+        assert publish.content_tag_from("img", labels, loaded, standin) == tag
+
+
 def test_dry_run_names_no_secret_and_pushes_nothing(monkeypatch, capsys):
     monkeypatch.setenv("COOKBOOK_REGISTRY_USER", "me")
     monkeypatch.setenv("COOKBOOK_REGISTRY_PASSWORD", "dry-run-secret")

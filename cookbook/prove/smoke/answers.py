@@ -6,11 +6,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ..openai_client import ServerError
-from .core import Context, Outcome, check, content, said
+from .core import Context, Outcome, content, said
 from .prompts import KNOWN_ANSWERS
 
 
-@check("known-answers")
 def known_answers(ctx: Context, params: dict) -> Outcome:
     count = int(params.get("prompts", len(KNOWN_ANSWERS)))
     in_flight = int(params.get("concurrency", 1))

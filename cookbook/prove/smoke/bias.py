@@ -4,14 +4,13 @@ silently ignored logit_bias)."""
 from __future__ import annotations
 
 from ..openai_client import ServerError
-from .core import Context, Outcome, check
+from .core import Context, Outcome
 from .prompts import BIAS_WORD, PLAIN_QUESTION
 
 TOKENS = 16
 SHARE = 0.9  # of the generated tokens that must be the pushed one
 
 
-@check("logit-bias")
 def logit_bias(ctx: Context, params: dict) -> Outcome:
     bias = float(params.get("bias", 100))
     try:

@@ -1,5 +1,5 @@
-"""What every check gets and gives: the sized run context, the outcome, and the registry of checks by
-their `check` name (a recipe's `verified.checks[].check`)."""
+"""What every check gets and gives: the sized run context and the outcome (registry.py finds a check by
+its name)."""
 
 from __future__ import annotations
 
@@ -41,18 +41,7 @@ class Context:
         return sizing.prompt_tokens(recipe_tokens, self.factor, self.server.max_model_len, floor)
 
 
-Check = Callable[[Context, dict], Outcome]
-CHECKS: dict[str, Check] = {}
-
-
-def check(name: str):
-    """Register a function as the check of that name."""
-
-    def register(fn: Check) -> Check:
-        CHECKS[name] = fn
-        return fn
-
-    return register
+Check = Callable[[Context, dict], Outcome]  # what registry.CHECKS names
 
 
 def fresh_salt() -> str:

@@ -1,10 +1,11 @@
 """Long prompts of an exact size in the served model's tokens: filler sentences with the needle at a
-given depth and the needle question at the end, counted by the server's own tokenizer."""
+given depth and the needle question at the end, counted by the server's own tokenizer. The smoke suite's
+needle and prefix-cache checks and the bench's needle scenarios all send these."""
 
 from __future__ import annotations
 
 from ..openai_client import Server
-from .prompts import HAYSTACK_SENTENCES, NEEDLE, NEEDLE_QUESTION
+from .prompts import HAYSTACK_SENTENCES, NEEDLE, NEEDLE_QUESTION, NEEDLE_WORD
 
 
 def messages(sentences: int, depth: float, tag: str = "") -> list[dict]:
@@ -33,3 +34,8 @@ def build(server: Server, tokens: int, depth: float, tag: str = "") -> tuple[lis
         msgs = messages(sentences, depth, tag)
         count = server.count_chat(msgs)
     return msgs, count
+
+
+def found(answer: str) -> bool:
+    """The answer names the needle's word."""
+    return NEEDLE_WORD.lower() in answer.lower()

@@ -4,10 +4,9 @@ is the one the run started with (its start time in /metrics, where the server pu
 from __future__ import annotations
 
 from ..openai_client import ServerError
-from .core import Context, Outcome, check
+from .core import Context, Outcome
 
 
-@check("health")
 def health(ctx: Context, params: dict) -> Outcome:
     if not ctx.server.healthy():
         return Outcome("failed", "/health does not answer 200")

@@ -8,7 +8,7 @@ import struct
 import zlib
 
 from ..openai_client import ServerError
-from .core import Context, Outcome, check, content, said
+from .core import Context, Outcome, content, said
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (30, 60, 220), "yellow": (240, 220, 30),
            "black": (0, 0, 0), "white": (255, 255, 255), "orange": (250, 140, 20), "purple": (130, 40, 160)}
@@ -33,7 +33,6 @@ def named_in_order(answer: str, names: list[str]) -> int:
     return next((i for i, (a, b) in enumerate(zip(words, names, strict=False)) if a != b), min(len(words), len(names)))
 
 
-@check("image-colours")
 def image_colours(ctx: Context, params: dict) -> Outcome:
     count = int(params.get("images", 4))
     if "image" not in ctx.modalities:

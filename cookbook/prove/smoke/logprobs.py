@@ -5,13 +5,12 @@ engine)."""
 from __future__ import annotations
 
 from ..openai_client import ServerError
-from .core import Context, Outcome, check
+from .core import Context, Outcome
 from .prompts import PLAIN_QUESTION
 
 ASK = [{"role": "user", "content": PLAIN_QUESTION}]
 
 
-@check("top-logprobs")
 def top_logprobs(ctx: Context, params: dict) -> Outcome:
     want = int(params.get("top_logprobs", 20))
     try:
@@ -28,7 +27,6 @@ def top_logprobs(ctx: Context, params: dict) -> Outcome:
     return Outcome("passed", f"{want} entries on every token ({generated} tokens)")
 
 
-@check("prompt-logprobs")
 def prompt_logprobs(ctx: Context, params: dict) -> Outcome:
     want = int(params.get("prompt_logprobs", 5))
     try:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from ..openai_client import ServerError
 from . import haystack, sizing
-from .core import Context, Outcome, check, content, fresh_salt, said
-from .prompts import NEEDLE_WORD
+from .core import Context, Outcome, content, fresh_salt, said
 
 
-@check("needle")
 def needle(ctx: Context, params: dict) -> Outcome:
     sizes = [ctx.tokens(int(n)) for n in params.get("context_tokens", [65536, 131072, 244000])]
     depths = params.get("depths") or sizing.depths(len(sizes))
@@ -22,7 +20,7 @@ def needle(ctx: Context, params: dict) -> Outcome:
         except ServerError as exc:
             wrong.append(f"{length if lengths else size} tokens: {exc}")
             continue
-        if NEEDLE_WORD.lower() not in content(response).lower():
+        if not haystack.found(content(response)):
             wrong.append(f"{length} tokens, depth {depth}: {said(response)!r}")
     at = ", ".join(sizing.format_k(n) for n in lengths)
     return Outcome.count(len(sizes) - len(wrong), len(sizes), wrong, f" at {at} tokens")

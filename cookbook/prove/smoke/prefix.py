@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..openai_client import ServerError
 from . import haystack, sizing
-from .core import Context, Outcome, check, fresh_salt
+from .core import Context, Outcome, fresh_salt
 
 ANSWER_TOKENS = 32
 
@@ -38,7 +38,6 @@ def judge(cold: tuple, warm: tuple, block: int) -> str | None:
     return None
 
 
-@check("prefix-cache-identity")
 def prefix_cache_identity(ctx: Context, params: dict) -> Outcome:
     count = int(params.get("prompts", 8))
     # Prompts shorter than two blocks could not show a hit of a whole block.

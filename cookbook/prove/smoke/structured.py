@@ -7,11 +7,10 @@ import json
 import jsonschema
 
 from ..openai_client import ServerError
-from .core import Context, Outcome, check, content, said
+from .core import Context, Outcome, content, said
 from .prompts import JSON_QUESTION, JSON_SCHEMA
 
 
-@check("response-format")
 def response_format(ctx: Context, params: dict) -> Outcome:
     kind = params.get("type", "json_schema")
     if kind != "json_schema":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ..openai_client import ServerError
-from .core import Context, Outcome, check, content, said
+from .core import Context, Outcome, content, said
 from .prompts import CITY, WEATHER_QUESTION, WEATHER_RESULT, WEATHER_RESULT_WORDS, WEATHER_TOOL
 
 ASK = [{"role": "user", "content": WEATHER_QUESTION}]
@@ -32,7 +32,6 @@ def judge_call(name: str | None, arguments: str | None) -> str | None:
     return None
 
 
-@check("tool-call")
 def tool_call(ctx: Context, params: dict) -> Outcome:
     tool = _tool(params)
     runs = int(params.get("runs", 1))
@@ -70,7 +69,6 @@ def assemble(chunks: list[dict]) -> tuple[str | None, str, str]:
     return name, arguments, text
 
 
-@check("tool-call-streamed")
 def tool_call_streamed(ctx: Context, params: dict) -> Outcome:
     tool = _tool(params)
     try:
@@ -85,7 +83,6 @@ def tool_call_streamed(ctx: Context, params: dict) -> Outcome:
     return Outcome("failed", why) if why else Outcome("passed", "name and JSON arguments assembled correctly")
 
 
-@check("tool-result")
 def tool_result(ctx: Context, params: dict) -> Outcome:
     tool = _tool(params)
     call = {"id": "call_0", "type": "function",
