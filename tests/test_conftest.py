@@ -89,9 +89,11 @@ def test_the_fast_loop_leaves_out_every_test_that_reaches_a_slow_fixture(tmp_pat
 # fast loop cannot start one by accident.
 STARTERS = {"build_recipe", "docker", "ensure", "ensure_rootfs", "lab", "cost", "recipe_server", "cpu_server",
             "tiny_model_dir", "environment"}
-# Calls of those names that start nothing: each refuses its arguments before any work.
+# Calls of those names that start nothing: each refuses its arguments before any work, or (test_fix_base's
+# autouse `others`) only lists the engine's containers, and only for a test whose bases are slow already.
 REFUSALS = {("test_fix_lab.py", "test_keep_never_replaces_a_folder_the_lab_did_not_lay_out"),
-            ("test_standin.py", "test_refuses_an_empty_cache_with_the_command")}
+            ("test_standin.py", "test_refuses_an_empty_cache_with_the_command"),
+            ("test_fix_base.py", "others")}
 
 
 def _dry_run(call: ast.Call) -> bool:

@@ -13,7 +13,9 @@ from cookbook.host.names import OCI, Label
 from cookbook.host.paths import ROOT
 from cookbook.recipe import release
 
-SOURCES = sorted((ROOT / "cookbook").rglob("*.py")) + [ROOT / "tasks.py"]
+# The lab's harness (cookbook/fixpack/lab) runs in the lab's own environment, never imports the cookbook.
+LAB = ROOT / "cookbook" / "fixpack" / "lab"
+SOURCES = sorted(p for p in (ROOT / "cookbook").rglob("*.py") if not p.is_relative_to(LAB)) + [ROOT / "tasks.py"]
 KEYS = {v for cls in (Label, OCI) for k, v in vars(cls).items() if k.isupper()}
 SAID_ONCE = [re.compile(rf"(?<![\w.-]){re.escape(v)}(?![\w.-])") for v in sorted(KEYS)] + [
     re.compile(re.escape(names.PROJECT)), re.compile(re.escape(".cache/huggingface")),

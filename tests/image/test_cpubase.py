@@ -75,8 +75,8 @@ def test_stage_lays_out_the_build_context(tmp_path):
     assert "Name: vllm\nVersion: 0.26.0\n" in (alias / "METADATA").read_text()
     assert (alias / "top_level.txt").read_text() == "vllm\n"
     script = dest / "bin" / "vllm"
-    assert script.read_text() == cpubase.VLLM_SCRIPT and os.access(script, os.X_OK)
-    assert "if __name__ == '__main__':" in cpubase.VLLM_SCRIPT  # spawn imports __main__ again
+    assert script.read_text() == standin.VLLM_SCRIPT and os.access(script, os.X_OK)
+    assert "if __name__ == '__main__':" in standin.VLLM_SCRIPT  # spawn imports __main__ again
     dockerfile = (dest / "Dockerfile").read_text()
     assert dockerfile.startswith("# DO NOT EDIT: generated")
     assert "FROM rootfs:tag\n" in dockerfile and f"COPY site-packages/ {cpubase.SITE_PACKAGES}/\n" in dockerfile
