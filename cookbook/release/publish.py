@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..host import engine
-from ..host.errors import CheckFailure, EngineError, PublishError, UsageError
+from ..host.errors import CheckFailure, ImageMissing, PublishError, UsageError
 from ..host.names import IMAGE_REPO, OCI, Label
 from ..host.progress import say
 from ..image import imagecheck, steps
@@ -187,24 +187,19 @@ def resolve(image: str, loaded: LoadedRecipe) -> tuple[str, dict[str, str]]:
     engine.require_daemon()
     try:
         info = engine.inspect(image)
-    except EngineError:
-        raise PublishError(f"no local image {image}", hint=f"build and check it first: invoke build --recipe "
+    except ImageMissing:  # a name to mend (exit 2), as everywhere an image is missing
+        raise ImageMissing(f"no local image {image}", hint=f"build and check it first: invoke build --recipe "
                            f"{loaded.id}, then invoke test --recipe {loaded.id}") from None
     return info["Id"], info["Config"].get("Labels") or {}
 
 
 def run_checks(loaded: LoadedRecipe, image_id: str, labels: dict[str, str]) -> dict:
     """The image checks on IMAGE_ID now (they also file the evidence under it); an image whose checks
-    cannot even start (no shell, no `sleep`) is refused, not a traceback."""
-    import docker.errors
-
+    cannot even start (no shell, no `sleep`: the lifecycle's CheckFailure) is refused, not a traceback."""
     say(f"running the image checks on {image_id[:19]} before the push")
     base = steps.base_for(loaded, labels.get(Label.STANDIN) != "false")
     try:
         return imagecheck.run(loaded, image_id, base).report
-    except docker.errors.DockerException as exc:
-        raise PublishError(f"{image_id[:19]} may not be published: its image checks could not run: "
-                           f"{str(exc).splitlines()[0][:300]}") from None
     except CheckFailure as exc:
         raise PublishError(f"{image_id[:19]} may not be published: its image checks could not run: {exc.what}") \
             from None
