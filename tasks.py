@@ -146,7 +146,7 @@ def fixes_lab(c, fix=None, keep=None, upstream=False, alone=False, profile=None,
     fix_lab.lab_task(fix or None, cli.READ["keep"](keep), upstream, profile, dry_run=dry_run, alone=alone)
 
 
-@task(help={"workload": "the counter's workload: sampling (the guard's) or greedy",
+@task(help={"workload": "the counter's workload: sampling (the guard's), greedy or serving",
             "no_prefix_caching": "serve with prefix caching off", "sync_scheduling": "serve with async scheduling off"})
 def fixes_cost(c, keep=None, workload="sampling", no_prefix_caching=False, sync_scheduling=False, profile=None):
     """What the pack costs on the hot path: host syncs per steady decode step, pristine against patched."""

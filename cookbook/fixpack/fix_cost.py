@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..host import signals
-from ..host.errors import PackFailure
+from ..host.errors import PackFailure, UsageError, printable
 from ..host.progress import say
 from ..recipe import fixes
 from .fix_lab import LAB_TESTS, LabError, environment, lab_env_vars, lay_out_both, written_fixes
 
 HOSTSYNC = LAB_TESTS / "_hostsync.py"
 COST_ARGS = ("--workload", "sampling")
+WORKLOADS = ("sampling", "greedy", "serving")  # the counter's own choices (lab/_hostsync.py --workload)
 
 
 def host_syncs(tree: Path, args: tuple[str, ...] = COST_ARGS, timeout: int = 900) -> dict:
@@ -102,6 +103,9 @@ def cost(keep: Path | None = None, args: tuple[str, ...] = COST_ARGS, profile_na
 def cost_task(keep: Path | None, workload: str, no_prefix_caching: bool, sync_scheduling: bool,
               profile_name: str | None) -> None:
     """`invoke fixes.cost`: the counter's flags from the task's options, the table, then the verdict."""
+    if workload not in WORKLOADS:  # refused here, before two trees are laid out, not by the counter after
+        raise UsageError(f"--workload {printable(workload)[:60]!r} is not one of the counter's",
+                         hint="one of: " + ", ".join(WORKLOADS))
     args = ("--workload", workload) + (("--no-prefix-caching",) if no_prefix_caching else ()) + (
         ("--sync-scheduling",) if sync_scheduling else ())
     report = cost(keep, args, profile_name)

@@ -80,3 +80,11 @@ def test_the_counter_saw_the_steps_and_the_syncs_it_must_see(cost):
         rates = fix_cost.sync_rates(fig)
         assert rates[(f"{RUNNER}::get_output", "event.synchronize()")] == 1.0
         assert rates[("vllm/v1/outputs.py::tolists", "d2h cpu()")] == 3.0
+
+
+def test_a_workload_the_counter_has_not_is_refused_before_any_tree():
+    from ..test_tasks import invoke
+
+    out = invoke("fixes.cost", "--workload", "nope")
+    assert out.returncode == 2 and "--workload 'nope' is not one of the counter's" in out.stderr
+    assert "serving" in out.stderr and "laying out" not in out.stderr + out.stdout and "Traceback" not in out.stderr
