@@ -20,14 +20,16 @@ from cookbook.host.paths import ROOT
 from .. import interrupts
 
 # A task in miniature: a pool's worker waits on a child that started a grandchild; the main thread
-# waits on the worker. Each `sleep` names MARKER, so whatever is left is found afterwards.
+# waits on the worker. Each sleeper names MARKER in its own command line (a shell comment would not:
+# sh drops it, or execs a plain `sleep`), so whatever is left is found afterwards.
 TASK = textwrap.dedent("""
     import subprocess, sys, time
     from concurrent.futures import ThreadPoolExecutor
     from cookbook.host import signals
 
     marker = sys.argv[1]
-    script = f"sleep 300 # {marker} grandchild & sleep 300 # {marker} child; wait"
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(300)' {marker}"  # a sleep that names MARKER
+    script = f"{sleeper}-grandchild & {sleeper}-child; wait"
     with signals.interruptible():
         with ThreadPoolExecutor(2) as pool:
             try:
@@ -48,6 +50,12 @@ TASK = textwrap.dedent("""
 """)
 
 
+def sleepers(marker: str) -> set[str]:
+    """Which of the task's sleepers (`MARKER-child`, `MARKER-grandchild`) are alive."""
+    return {cmd.rsplit(f"{marker}-", 1)[1].strip() for cmd in interrupts.processes_naming(marker).values()
+            if f"{marker}-" in cmd and "time.sleep" in cmd and "&" not in cmd}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_an_interrupt_kills_the_childs_whole_group_from_any_thread(sig):
     marker = uuid.uuid4().hex
@@ -55,7 +63,7 @@ def test_an_interrupt_kills_the_childs_whole_group_from_any_thread(sig):
                             stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "ready\n"
-        interrupts.wait_for(lambda: len(interrupts.processes_naming(marker)) >= 2, proc, 20, "child and grandchild")
+        interrupts.wait_for(lambda: sleepers(marker) == {"child", "grandchild"}, proc, 20, "child and grandchild")
         stdout, stderr = interrupts.interrupt(proc, sig, timeout=20)
         assert proc.returncode == 1, stderr
         assert stdout.splitlines() == ["refused", "interrupted"]
@@ -80,9 +88,10 @@ def test_the_handlers_before_the_block_come_back_and_the_interrupted_state_ends(
 def test_a_timeout_kills_the_whole_group():
     marker = uuid.uuid4().hex
     with pytest.raises(subprocess.TimeoutExpired):
-        signals.run(["sh", "-c", f"sleep 300 # {marker} grandchild & sleep 300 # {marker} child; wait"], timeout=1)
+        sleeper = f"{sys.executable} -c 'import time; time.sleep(300)' {marker}"
+        signals.run(["sh", "-c", f"{sleeper}-grandchild & {sleeper}-child; wait"], timeout=1)
     try:
-        assert interrupts.processes_naming(marker) == {}
+        assert sleepers(marker) == set()
     finally:
         interrupts.kill_left(marker)
 
