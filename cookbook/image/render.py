@@ -25,7 +25,7 @@ from pathlib import Path
 
 import jinja2
 
-from inimage import fixplan
+from inimage import fixplan, settings
 
 from ..host import grammar, outdir, paths
 from ..host.errors import UsageError
@@ -35,15 +35,13 @@ from ..recipe import derive, fixes
 from ..recipe.recipes import LoadedRecipe
 from ..recipe.schema import Serve
 
-# The image's own package (inimage: the applier and fixplan), copied whole into lib/ and run by module
-# name (fixplan.apply_argv); standard library only, so the image's Python runs it as it is.
+# The image's own package (inimage: the applier, fixplan, and the recipe's rules with the run-time guard
+# the entrypoint runs them with), copied whole into lib/ and run by module name (fixplan.apply_argv);
+# standard library only, so the image's Python runs it as it is.
 ENGINE_LIB = f"lib/{paths.ENGINE.name}"
 EXECUTABLE = {"entrypoint.py"}
 IMAGE_PATHS = {"home": fixplan.IMAGE_HOME, "fixes": fixplan.IMAGE_FIXES, "lib": fixplan.IMAGE_LIB,
                "record": fixplan.RECORD, "manifest": fixplan.MANIFEST, "entrypoint": fixplan.ENTRYPOINT}
-# The cookbook modules the entrypoint runs the rules with (standard library and inimage only), shipped
-# at their paths in this checkout's cookbook/, so their imports read the same in the image.
-RUNTIME_MODULES = ("__init__.py", "recipe/__init__.py", "recipe/derive.py", "recipe/rules.py", "recipe/runtime.py")
 RUNTIME_DATA = "runtime.json"
 # Written into every rendered folder: the only folders `write_context` will ever replace.
 MARKER = ".cookbook-render"
@@ -115,7 +113,7 @@ def apply_command(loaded: LoadedRecipe, selection: fixes.Selection) -> list[str]
     """The build-time fix step, as argv for an exec-form RUN (no shell reads the recipe's values).
     The fixes' required env (e.g. VLLM_COMPACT_GDN=1) is given from the recipe for this one command
     through env(1), so ENV can come after it and an env change keeps this layer cached."""
-    runtime = derive.runtime_env(loaded.recipe)
+    runtime = settings.runtime_env(loaded.recipe)
     needed = {k: runtime.get(k, "") for k in selection.env}
     if fixplan.LAZY_VAR in runtime:
         needed[fixplan.LAZY_VAR] = runtime[fixplan.LAZY_VAR]  # the mode decides which fixes apply
@@ -128,7 +126,7 @@ def apply_command(loaded: LoadedRecipe, selection: fixes.Selection) -> list[str]
 def manifest(loaded: LoadedRecipe, base: Base, selection: fixes.Selection, fix_hashes: dict[str, str],
              files: dict[str, bytes], allow_unwritten: bool = False) -> dict:
     r = loaded.recipe
-    runtime = derive.runtime_env(r)
+    runtime = settings.runtime_env(r)
     return {
         "_generated": generated_note(loaded),
         "recipe": {"id": loaded.id, "path": loaded.rel_path, "hash": loaded.hash,
@@ -168,7 +166,7 @@ def serve_flags() -> dict[str, dict]:
         spec = next(a for a in props[field].get("anyOf", [props[field]]) if a.get("type") != "null")
         kind = {"integer": "int", "number": "float", "boolean": "bool", "string": "str", "object": "json"}[spec["type"]]
         entry = {"field": field, "kind": kind}
-        if field in derive.NEGATABLE_FLAGS:
+        if field in settings.NEGATABLE_FLAGS:
             entry["negatable"] = True
         for key, bound, exclusive in (("exclusiveMinimum", "min", True), ("minimum", "min", False),
                                       ("maximum", "max", False)):
@@ -176,7 +174,7 @@ def serve_flags() -> dict[str, dict]:
                 entry[bound] = spec[key]
                 if bound == "min":
                     entry["min_exclusive"] = exclusive
-        out[derive.flag(field)] = entry
+        out[settings.flag(field)] = entry
     return out
 
 
@@ -236,8 +234,6 @@ def context_files(loaded: LoadedRecipe, base: Base, fixes_dir: Path | None = Non
                   for rel, data in fixes.pack_files(r.fixes.profile, list(present), fixes_dir).items()})
     files.update(engine_files())
     env = templates()
-    for module in RUNTIME_MODULES:
-        files[f"lib/cookbook/{module}"] = (paths.ROOT / "cookbook" / module).read_bytes()
     files[RUNTIME_DATA] = (json.dumps(runtime_data(loaded), indent=1, sort_keys=True) + "\n").encode()
     files["entrypoint.py"] = env.get_template("entrypoint.py.j2").render(
         header=header(loaded), m={"recipe": {"id": loaded.id}}, model=r.model.id, port=r.image.port,

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from inimage import settings
+
 from ..host import outdir, signals
 from ..host.errors import CookbookError, RecipeError, printable
 from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE
@@ -193,7 +195,7 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
     return _env().get_template("recipe-page.md.j2").render(
         note=note(sources), loaded=loaded, r=r, hardware=hardware(r), context=context(r),
         parsers=parsers(r.serve), parent=parent, children=children,
-        docker_run=docker_run(loaded), env=derive.runtime_env(r), apply=apply,
+        docker_run=docker_run(loaded), env=settings.runtime_env(r), apply=apply,
         serve=continued(derive.serve_command(r), 3), buckets=r.buckets.summary or "",
         fix_rows=fix_rows(loaded, written), checks=checks, scenarios=scenarios,
         verified_note=run_note(smoke, loaded.hash, here["smoke"], "smoke", r.base),

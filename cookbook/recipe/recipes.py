@@ -15,12 +15,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from inimage import fixplan
+from inimage import fixplan, rules
 
 from ..host import grammar
 from ..host.errors import FixError, RecipeError, where
 from ..host.paths import RECIPES, ROOT
-from . import derive, fixes, release, rules, yamlsource
+from . import derive, fixes, release, yamlsource
 from .release import Release
 from .schema import Recipe
 from .yamlsource import KeyPath, Source, dotted

@@ -416,8 +416,9 @@ def guard(loaded: LoadedRecipe, environ: dict[str, str]) -> None:
     """The image's run-time guard (runtime.check, the entrypoint's own code) on the container's environment:
     an override the image would refuse to start with is refused here, with the rule's name. As there,
     COOKBOOK_ALLOW_UNSAFE=1 lets a broken rule through (with a warning); a value that does not parse never."""
+    from inimage import runtime
+
     from ..image import render
-    from ..recipe import runtime
 
     # No arguments after the image here: only the environment changes the recipe's command.
     errors, found = runtime.check(render.runtime_data(loaded), ["vllm", "serve", "MODEL"], environ)[:2]

@@ -24,6 +24,7 @@ from cookbook.image import render, standin, steps
 from cookbook.recipe import derive, fixes, recipes
 from cookbook.recipe.yamlsource import Source
 from inimage import fixplan
+from inimage import settings as image_settings
 
 from ..conftest import REFERENCE, reference_data, set_path, unavailable, variant
 
@@ -117,7 +118,7 @@ def test_manifest_names_recipe_base_commits_and_fixes():
     assert [f["name"] for f in m["fixes"]["order"]] == loaded.fixes
     for f in m["fixes"]["order"]:
         assert (f["status"] == "in-pack") == (f["sha256"] is not None)
-    lib = {f"lib/cookbook/{name}" for name in render.RUNTIME_MODULES} | set(render.engine_files())
+    lib = set(render.engine_files())
     written = fixes.select(loaded.recipe.fixes.profile, loaded.recipe.fixes.opt_in).written
     patches = {f"fixes/{name}/{patch.file}" for name, spec in written.items() for patch in spec.patches}
     assert set(m["files"]) == {"entrypoint.py", "fixes/pack.json", render.RUNTIME_DATA, *lib, *patches}
@@ -197,7 +198,7 @@ def test_entrypoint_dry_run_and_overrides(tmp_path):
 
 # --- What a recipe says cannot become something else in the image --------------------------------
 
-INTENDED = ["FROM", "COPY", "COPY", "RUN", "COPY", "COPY", "ENV", "EXPOSE", "HEALTHCHECK", "COPY", "LABEL",
+INTENDED = ["FROM", "COPY", "COPY", "RUN", "COPY", "ENV", "EXPOSE", "HEALTHCHECK", "COPY", "LABEL",
             "ENTRYPOINT"]
 CONTROL = list("\n\r\t\x00\x7f\x85\u2028") + ["\\\n"]
 HOSTILE = list("\"'$`;\\ #=&|<>(){}*?!~é✓") + ["${PATH}", "$(id)", "' \"", "\\"]
@@ -281,8 +282,8 @@ def test_any_recipe_renders_only_the_intended_instructions(change):
     assert steps_[0]["value"] == base.from_ref
     assert json.loads(steps_[3]["value"]) == render.apply_command(loaded, fixes.select(r.fixes.profile,
                                                                                         r.fixes.opt_in))
-    assert parsed.envs == derive.runtime_env(r)
-    assert steps_[7]["value"] == str(r.image.port)
+    assert parsed.envs == image_settings.runtime_env(r)
+    assert steps_[INTENDED.index("EXPOSE")]["value"] == str(r.image.port)
     m = json.loads(files["manifest.json"])
     assert set(parsed.labels) == set(render.labels(m, fixplan.sha256_bytes(files["manifest.json"])))
     assert parsed.labels["org.opencontainers.image.title"].startswith(r.title + " on Intel Gaudi")
@@ -317,7 +318,7 @@ def test_the_fix_step_is_exec_form():
 
 def test_the_context_holds_inimage_whole_and_the_image_runs_it_by_module_name(tmp_path):
     """Every module of the package, byte for byte, in lib/inimage/, copied to the image before the fix
-    step; the rules' cookbook modules at their own paths after it; the entrypoint's start-up check
+    step, the rules and their run-time guard among them, and no other library; the entrypoint's start-up check
     runs the package by module name too. Run from the rendered context, the applier lists the context's
     own pack, and the entrypoint's guard imports with the standard library alone (-I -S)."""
     files = files_for("qwen3.5-27b-fp8")
@@ -329,7 +330,8 @@ def test_the_context_holds_inimage_whole_and_the_image_runs_it_by_module_name(tm
     steps_ = [s for s in _dockerfile(files).structure if s["instruction"] in ("COPY", "RUN")]
     assert [s["value"] for s in steps_[:2]] == ["lib/inimage/ /opt/cookbook/lib/inimage/",
                                                 "fixes/ /opt/cookbook/fixes/"]
-    assert steps_[3]["value"] == "lib/cookbook/ /opt/cookbook/lib/cookbook/"
+    assert steps_[3]["value"] == "entrypoint.py /opt/cookbook/entrypoint.py"  # no second library beside inimage
+    assert not any(rel.startswith("lib/") and not rel.startswith("lib/inimage/") for rel in files)
     fix_check = next(line for line in files["entrypoint.py"].decode().splitlines() if line.startswith("FIX_CHECK ="))
     assert json.loads(fix_check.split("=", 1)[1].split("  #")[0]) == fixplan.apply_argv("--check")
     ctx = render.write_context(files, tmp_path / "ctx")
@@ -345,7 +347,7 @@ def test_the_context_holds_inimage_whole_and_the_image_runs_it_by_module_name(tm
     assert listed.returncode == 0 and "gdn-prefix-cache" in listed.stdout, listed.stderr
     assert "decoy" not in listed.stdout
     guard = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, 'lib'); "
-                            "from cookbook.recipe import runtime; print(runtime.rules.fixplan.__file__)"],
+                            "from inimage import runtime; print(runtime.rules.fixplan.__file__)"],
                            cwd=ctx, capture_output=True, text=True)
     assert guard.returncode == 0 and guard.stdout.strip() == str(ctx / "lib" / "inimage" / "fixplan.py"), guard.stderr
 

@@ -1,5 +1,5 @@
 """The recipe's rules at run time: the entrypoint reads its final command and environment back into
-the recipe and runs the rules of `invoke validate` on them, with the same code (cookbook/recipe/runtime.py),
+the recipe and runs the rules of `invoke validate` on them, with the same code (inimage/runtime.py),
 before anything starts. Then the image's PID 1: signals passed on, children reaped."""
 
 import ast
@@ -14,7 +14,8 @@ import pytest
 
 from cookbook.host import engine
 from cookbook.image import render
-from cookbook.recipe import derive, recipes, runtime, schema
+from cookbook.recipe import derive, recipes, schema
+from inimage import runtime, settings
 
 from .. import hostile
 
@@ -208,7 +209,7 @@ def test_recipe_flags_read_back_as_the_recipe(data):
         assert errors == []
         assert {k: v for k, v in serve.items()} == {k: v for k, v in r.serve.model_dump().items()
                                                      if v is not None and v is not False
-                                                     or (v is False and k in derive.NEGATABLE_FLAGS)}
+                                                     or (v is False and k in settings.NEGATABLE_FLAGS)}
 
 
 def test_schema_fields_read_as_attributes():

@@ -4,8 +4,9 @@ Each rule is a pure function of a recipe and its fix profile, returning violatio
 general: they test the facts a recipe states (architecture, accelerator, context, flags), so a new
 recipe gets them for free. A recipe's `rules:` section binds its "what not to do" lines to rule names.
 
-Standard library only at import time: the image carries this module and runs the same rules on its
-final command and environment before it starts vLLM (runtime.py), so they are never written twice.
+The host runs them on the schema's models (`invoke validate`); the image carries this package and runs
+the same rules on its final command and environment before it starts vLLM (runtime.py), so they are
+never written twice.
 """
 
 from __future__ import annotations
@@ -13,14 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
-from inimage import fixplan
+from . import fixplan, settings
 
-from . import derive
-
-if TYPE_CHECKING:
-    from .schema import BucketRange, Recipe
+# The schema's models on the host (cookbook/recipe/schema.py), runtime.View in the image.
+Recipe = BucketRange = Any
 
 
 GDN_FIX = "gdn-prefix-cache"
@@ -88,7 +87,7 @@ def no_lazy_mode(r: Recipe, p: Profile):
 
 @rule("prefix-caching-needs-gdn-fix")
 def prefix_caching_needs_gdn_fix(r: Recipe, p: Profile):
-    if not (_hybrid(r) and derive.prefix_caching_on(r.serve)):
+    if not (_hybrid(r) and settings.prefix_caching_on(r.serve)):
         return []
     out = []
     said = "on" if r.serve.enable_prefix_caching else ("unset, which the cookbook counts as on (vLLM 0.26.0 "
@@ -131,7 +130,7 @@ def gdn_fix_needs_decode_pad(r: Recipe, p: Profile):
 
 def _geometry_block(r: Recipe) -> int | None:
     """The hybrid KV block the geometry gives at the recipe's kernel block (None: no block size, no GDN)."""
-    return None if r.serve.block_size is None else derive.hybrid_kv_block(r.model.geometry, r.serve.block_size)
+    return None if r.serve.block_size is None else settings.hybrid_kv_block(r.model.geometry, r.serve.block_size)
 
 
 @rule("hybrid-kv-block-matches-geometry")
@@ -143,13 +142,13 @@ def hybrid_block_matches(r: Recipe, p: Profile):
         return []
     return [(("model", "hybrid_kv_block"),
              f"model.hybrid_kv_block says {r.model.hybrid_kv_block}, but the geometry gives {derived} "
-             f"(one GDN layer's state, {derive.gdn_state_bytes(r.model.geometry):,} B, in whole "
+             f"(one GDN layer's state, {settings.gdn_state_bytes(r.model.geometry):,} B, in whole "
              f"{r.serve.block_size}-token kernel blocks of attention KV)."),]
 
 
 @rule("batched-tokens-whole-hybrid-blocks")
 def batched_tokens_whole_blocks(r: Recipe, p: Profile):
-    if not (_hybrid(r) and derive.prefix_caching_on(r.serve)):
+    if not (_hybrid(r) and settings.prefix_caching_on(r.serve)):
         return []
     block, mnbt = _geometry_block(r), r.serve.max_num_batched_tokens
     if block is None or (mnbt is not None and mnbt % block == 0):
@@ -194,7 +193,7 @@ def image_limit_fits(r: Recipe, p: Profile):
 @rule("bucket-ranges-consistent")
 def bucket_ranges(r: Recipe, p: Profile):
     out = []
-    for field in derive.BUCKET_ENV:
+    for field in settings.BUCKET_ENV:
         rng: BucketRange = getattr(r.buckets, field)
         key = ("buckets", field)
         if rng.step <= 0:
@@ -231,7 +230,7 @@ def buckets_cover(r: Recipe, p: Profile):
 def bucket_env_derived(r: Recipe, p: Profile):
     return [(("env", name),
              f"{name} is derived from `buckets`; say it there, not in env, so it is said once.")
-            for name in r.env if name in derive.derived_env_names()]
+            for name in r.env if name in settings.derived_env_names()]
 
 
 @rule("tensor-parallel-matches-hardware")

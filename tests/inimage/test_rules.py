@@ -3,7 +3,8 @@
 import pytest
 
 from cookbook.host.errors import RecipeError
-from cookbook.recipe import recipes, rules
+from cookbook.recipe import recipes
+from inimage import rules
 
 from ..conftest import DELETE, variant
 

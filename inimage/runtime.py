@@ -2,10 +2,10 @@
 environment back into the recipe they came from and runs the very rules `invoke validate` runs.
 
 Arguments after the image name are appended to the recipe's flags and `docker run -e` changes the
-environment, so without this an image would serve what the page forbids. Standard library only: the
-image carries this module with rules.py, derive.py and grammar.py (render.RUNTIME_MODULES), and the
-recipe, its profile and the serve flags' types and bounds as data rendered from the schema
-(render.runtime_data), so nothing here is a second copy of a rule.
+environment, so without this an image would serve what the page forbids. Standard library only (a
+`--config` file is read with the image's PyYAML, which vLLM needs, or refused where it is absent): the
+image carries this package with the recipe, its profile and the serve flags' types and bounds as data
+rendered from the schema (render.runtime_data), so nothing here is a second copy of a rule.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from . import derive, rules
+from . import rules, settings
 
 # Ports are Docker's and the kernel's bounds; the schema says the same for image.port.
 PORT_MIN, PORT_MAX = 1, 65535
@@ -46,7 +46,7 @@ class Finding:
     message: str
 
 
-# vLLM 0.26.0's short names for the flags the rules read (engine/arg_utils.py). tests/recipe/test_runtime.py
+# vLLM 0.26.0's short names for the flags the rules read (engine/arg_utils.py). tests/inimage/test_runtime.py
 # checks them against the release's source, and that no other vLLM flag is a prefix of one of ours
 # (so an abbreviation that is unique among these flags is the flag vLLM reads, or one vLLM refuses).
 ALIASES = {"-tp": "--tensor-parallel-size", "-q": "--quantization"}
@@ -289,7 +289,7 @@ def _buckets_from_env(buckets: dict, environ: dict) -> tuple[dict, list[Finding]
     """`-e VLLM_DECODE_BS_BUCKET_MAX=16` changes the buckets the variable was derived from."""
     buckets = {k: (dict(v) if isinstance(v, dict) else v) for k, v in buckets.items()}
     errors = []
-    for field, prefix in derive.BUCKET_ENV.items():
+    for field, prefix in settings.BUCKET_ENV.items():
         for part in ("min", "step", "max"):
             name = f"{prefix}_{part.upper()}"
             if name in environ:
@@ -297,10 +297,10 @@ def _buckets_from_env(buckets: dict, environ: dict) -> tuple[dict, list[Finding]
                     buckets[field][part] = int(environ[name])
                 except ValueError:
                     errors.append(Finding("arguments", name, f"{name} takes a whole number, got {environ[name]!r}"))
-    if derive.EXPONENTIAL_ENV in environ:
-        buckets["exponential"] = environ[derive.EXPONENTIAL_ENV] == "True"
-    if derive.BUCKET_FILE_ENV in environ:
-        buckets["file"] = environ[derive.BUCKET_FILE_ENV] or None
+    if settings.EXPONENTIAL_ENV in environ:
+        buckets["exponential"] = environ[settings.EXPONENTIAL_ENV] == "True"
+    if settings.BUCKET_FILE_ENV in environ:
+        buckets["file"] = environ[settings.BUCKET_FILE_ENV] or None
     return buckets, errors
 
 
@@ -311,7 +311,7 @@ def _where(key: tuple, flags: dict) -> str:
     if key[:1] == ("serve",) and len(key) > 1:
         return next((f for f, s in flags.items() if s["field"] == key[1]), ".".join(map(str, key)))
     if key[:1] == ("buckets",) and len(key) > 1:
-        return f"buckets.{key[1]} (env {derive.BUCKET_ENV.get(key[1], '')}_*)"
+        return f"buckets.{key[1]} (env {settings.BUCKET_ENV.get(key[1], '')}_*)"
     return ".".join(map(str, key))
 
 
@@ -321,7 +321,7 @@ def check(data: dict, command: list[str], environ: dict) -> tuple[list[Finding],
     recipe = json.loads(json.dumps(data["recipe"]))  # a private copy
     flags = data["flags"]
     serve, errors, port = parse_serve(command[3:], recipe["serve"], flags)
-    derived = derive.derived_env_names()
+    derived = settings.derived_env_names()
     buckets, bucket_errors = _buckets_from_env(recipe["buckets"], environ)
     errors += bucket_errors
     recipe["serve"] = serve
