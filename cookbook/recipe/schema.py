@@ -73,6 +73,7 @@ class Geometry(Strict):
 
 class Model(Strict):
     id: ModelId = Field(description="Hugging Face repo id served by `vllm serve`")
+    family: Text | None = Field(None, description="the model family the recipe index groups by (Llama 3.1, Qwen2.5)")
     weights: Literal["hub", "mounted"] = Field(
         "hub", description="hub: fetched from the Hugging Face Hub into the host's cache before the server starts; "
                            "mounted: the run mounts the model into the container, nothing is fetched")
@@ -215,6 +216,21 @@ class Section(Strict):
     text: Prose
 
 
+KeyPath = Annotated[StrictStr, Field(pattern=r"^[a-z_][a-z0-9_]*(\.[A-Za-z0-9_]+)+$")]
+
+
+class Provenance(Strict):
+    """Where an imported recipe's values come from: written by `invoke recipes.import` from vllm-gaudi's
+    own defaults at the release's commit, and kept true by `recipes.import --check`."""
+
+    importer: Literal["vllm-gaudi-defaults"]
+    commit: StrictStr = Field(pattern=r"^[0-9a-f]{40}$", description="the vllm-gaudi commit read")
+    values: dict[KeyPath, Prose] = Field(description="a dotted key of this recipe -> the file, row and column, "
+                                                     "or the autocalc rule, it was taken from")
+    overrides: dict[KeyPath, Prose] = Field(default_factory=dict,
+                                            description="a dotted key the cookbook sets otherwise -> why")
+
+
 class Image(Strict):
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 8000
     health_path: UrlPath = "/health"
@@ -238,5 +254,6 @@ class Recipe(Strict):
     rules: list[Rule] = []
     image: Image = Image()
     launch_notes: list[Prose] = []
+    provenance: Provenance | None = None
     sections: list[Section] = []
     adds: Prose | None = Field(None, description="what this recipe adds over the one it extends, as a phrase")

@@ -38,6 +38,13 @@ REFUSED = [
      "hardware.tensor_parallel", "greater than 0"),
     ("no cards", {"hardware.cards": 0}, "hardware.cards", "greater than 0"),
     ("rule name not a slug", {"rules": [{"rule": "a b", "text": "x"}]}, "rules.0.rule", "a name here"),
+    ("provenance of a key that is no path", {"provenance": {"importer": "vllm-gaudi-defaults", "commit": "a" * 40,
+                                                            "values": {"serve": "x"}}}, "provenance.values.serve",
+     "String should match pattern"),
+    ("provenance from an importer not known", {"provenance": {"importer": "hand", "commit": "a" * 40, "values": {}}},
+     "provenance.importer", "vllm-gaudi-defaults"),
+    ("provenance of a short commit", {"provenance": {"importer": "vllm-gaudi-defaults", "commit": "b059f9c",
+                                                     "values": {}}}, "provenance.commit", "pattern"),
 ]
 
 
