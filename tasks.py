@@ -18,12 +18,21 @@ from cookbook.host.names import HF_CACHE_HOST, IMAGE_REPO
 DEFAULT_RECIPE = "qwen3.5-27b-fp8"
 
 
-@task
-def recipes(c):
-    """List the recipes: id, model, hardware, fixes."""
+@task(name="list", default=True, help={"json": "print the ids alone, as a JSON list (a CI matrix reads it)",
+                                       "accelerator": "only the recipes for this card type: gaudi2, gaudi3 or cpu"})
+def recipes_list(c, json=False, accelerator=None):
+    """List the recipes: id, model, hardware, fixes (`invoke recipes`)."""
     from cookbook.recipe import recipes as r
 
-    r.list_all()
+    r.list_all(as_json=json, accelerator=accelerator)
+
+
+@task(name="import")
+def recipes_import(c, check=False, dry_run=False):
+    """Write a recipe per model and card from vllm-gaudi's own .cd/ defaults (--check: fail on drift)."""
+    from cookbook.recipe import catalogue
+
+    catalogue.run(check=check, dry_run=dry_run)
 
 
 @task(help={"recipe": "recipe id or path; all recipes when omitted"})
@@ -75,7 +84,8 @@ def upstream_fetch(c, recipe=DEFAULT_RECIPE, from_=None, wheel=None, dry_run=Fal
     steps.fetch_upstream(recipe, from_, wheel, dry_run)
 
 
-ns = Collection(recipes, validate, render, build, standin_)
+ns = Collection(validate, render, build, standin_)
+ns.add_collection(Collection("recipes", recipes_list, recipes_import))
 ns.add_collection(Collection("upstream", upstream_fetch))
 
 

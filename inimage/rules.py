@@ -213,10 +213,17 @@ def buckets_cover(r: Recipe, p: Profile):
         out.append((("buckets", "decode_bs", "max"),
                     f"decode batch buckets stop at {b.decode_bs.max}, below --max-num-seqs "
                     f"{s.max_num_seqs}: larger batches would run unwarmed shapes."))
-    if s.max_model_len is not None and b.prompt_seq.max < s.max_model_len:
-        out.append((("buckets", "prompt_seq", "max"),
-                    f"prompt length buckets stop at {b.prompt_seq.max:,}, below --max-model-len "
-                    f"{s.max_model_len:,}."))
+    # A prompt reaches the model in chunks of at most --max-num-batched-tokens (vllm-gaudi's prompt query
+    # buckets, which prompt_seq's variables feed, default to that bound); unchunked, as one whole prompt.
+    chunked = s.enable_chunked_prefill is not False and s.max_num_batched_tokens is not None
+    if s.max_model_len is not None:
+        need, said = ((min(s.max_model_len, s.max_num_batched_tokens), "the largest prefill chunk (min of "
+                       f"--max-model-len {s.max_model_len:,} and --max-num-batched-tokens "
+                       f"{s.max_num_batched_tokens:,})") if chunked else
+                      (s.max_model_len, f"--max-model-len {s.max_model_len:,}"))
+        if b.prompt_seq.max < need:
+            out.append((("buckets", "prompt_seq", "max"),
+                        f"prompt length buckets stop at {b.prompt_seq.max:,}, below {said}."))
     if s.max_model_len is not None and s.block_size:
         need = math.ceil(s.max_model_len / s.block_size)
         if b.decode_block.max < need:

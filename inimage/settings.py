@@ -27,7 +27,7 @@ EXPONENTIAL_ENV = "VLLM_EXPONENTIAL_BUCKETING"
 
 # Flags that vLLM declares with BooleanOptionalAction: `false` must be said as --no-<flag>,
 # because leaving them out means vLLM's default (prefix caching is on by default).
-NEGATABLE_FLAGS = {"enable_prefix_caching", "enable_chunked_prefill"}
+NEGATABLE_FLAGS = {"enable_prefix_caching", "enable_chunked_prefill", "async_scheduling"}
 
 
 def bucket_env(buckets: Buckets) -> dict[str, str]:

@@ -26,7 +26,8 @@ def task_list() -> dict[str, str]:
     invoke = Path(sys.executable).parent / "invoke"
     cmd = [str(invoke)] if invoke.exists() else [sys.executable, "-m", "invoke"]
     out = subprocess.run([*cmd, "--list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return dict(re.findall(r"^  (\S+) +(.+)$", out, re.M))
+    # a collection's default task is listed as `recipes.list (recipes)`: the docs call it by its short name
+    return {alias or name: text for name, alias, text in re.findall(r"^  (\S+)(?: \((\S+)\))? +(.+)$", out, re.M)}
 
 
 def hand_written_pages() -> dict[str, str]:

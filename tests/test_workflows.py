@@ -54,7 +54,8 @@ def test_a_broken_workflow_fails_the_schema(tmp_path):
 def tasks() -> set[str]:
     invoke = Path(sys.executable).parent / "invoke"
     listing = subprocess.run([str(invoke), "--list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return set(re.findall(r"^  (\S+)", listing, re.M))
+    # a collection's default task is listed as `recipes.list (recipes)`: callable by either name
+    return set(re.findall(r"^  (\S+)", listing, re.M)) | set(re.findall(r"^  \S+ \((\S+)\)", listing, re.M))
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
@@ -64,22 +65,56 @@ def test_workflows_call_only_tasks_that_exist(path, tasks):
     assert called <= tasks, called - tasks
 
 
-# The jobs that work one recipe at a time: each must run its matrix over every recipe there is.
-RECIPE_JOBS = {"ci.yml": {"recipes"}, "release.yml": {"publish"}, "gaudi-smoke.yml": {"smoke"}}
+# The jobs that work one recipe at a time, and the recipes each must run its matrix over: every recipe
+# there is, or (the Gaudi 2 runner) every recipe for its card type.
+RECIPE_JOBS = {"ci.yml": {"recipes": ""}, "release.yml": {"publish": ""},
+               "gaudi-smoke.yml": {"smoke": "--accelerator gaudi2"}}
+FROM_JOB = re.compile(r"^\$\{\{ fromJSON\(needs\.([\w-]+)\.outputs\.([\w-]+)\) \}\}$")
+FROM_STEP = re.compile(r"^\$\{\{ steps\.([\w-]+)\.outputs\.([\w-]+) \}\}$")
 
 
-def matrix_problems(name: str, data: dict, ids: list[str]) -> list[str]:
+def ids_for(selection: str) -> list[str]:
+    """The recipe ids `invoke recipes --json SELECTION` prints (tests/recipe/test_recipes.py runs that task)."""
+    card = selection.split("--accelerator ", 1)[1] if selection else None
+    return sorted(rid for rid, path in recipes.known_ids().items()
+                  if card in (None, recipes.load(path).recipe.hardware.accelerator))
+
+
+def listed_by(data: dict, job: dict, value) -> str | None:
+    """The `recipes --json ...` words of the command a job's matrix is read from (`fromJSON` of a job it
+    needs, whose output is a step's `echo "NAME=$(... invoke recipes --json ...)" >> "$GITHUB_OUTPUT"`)."""
+    found = FROM_JOB.match(value) if isinstance(value, str) else None
+    needs = job.get("needs", [])
+    if not found or found.group(1) not in ([needs] if isinstance(needs, str) else needs):
+        return None
+    source = data["jobs"].get(found.group(1), {})
+    step_ref = FROM_STEP.match(str(source.get("outputs", {}).get(found.group(2), "")))
+    step = next((s for s in source.get("steps", []) if step_ref and s.get("id") == step_ref.group(1)), {})
+    said = re.search(r'echo "' + (step_ref.group(2) if step_ref else "^") + r'=\$\(\S*invoke (recipes --json[^)]*)\)"'
+                     r' >> "\$GITHUB_OUTPUT"', step.get("run", ""))
+    return said.group(1).strip() if said else None
+
+
+def matrix_problems(name: str, data: dict, ids: list[str] | None = None) -> list[str]:
     """What is wrong with a workflow's recipe matrices: a job that should have one and has not, a job
-    that says `matrix.recipe` without one, a matrix that is not over exactly `ids`."""
+    that says `matrix.recipe` without one, a matrix that is not over exactly its recipes (a list of them, or
+    read from `invoke recipes --json` with the job's selection)."""
     problems = []
     for job_name, job in data["jobs"].items():
         matrix = (job.get("strategy") or {}).get("matrix") or {}
-        if "recipe" in matrix:
-            if sorted(matrix["recipe"]) != ids:
-                problems.append(f"{name} job {job_name}: its matrix is {sorted(matrix['recipe'])}, not {ids}")
+        selection = RECIPE_JOBS.get(name, {}).get(job_name, "")
+        want = ids if ids is not None else ids_for(selection)
+        if "recipe" in matrix and isinstance(matrix["recipe"], list):
+            if sorted(matrix["recipe"]) != want:
+                problems.append(f"{name} job {job_name}: its matrix is {sorted(matrix['recipe'])}, not {want}")
+        elif "recipe" in matrix:
+            command = " ".join(["recipes --json", selection]).strip()
+            if listed_by(data, job, matrix["recipe"]) != command:
+                problems.append(f"{name} job {job_name}: its matrix is not read from `invoke {command}` "
+                                f"in a job it needs")
         elif job_name in RECIPE_JOBS.get(name, ()) or "matrix.recipe" in yaml.safe_dump(job):
             problems.append(f"{name} job {job_name} has no recipe matrix")
-    missing = RECIPE_JOBS.get(name, set()) - set(data["jobs"])
+    missing = set(RECIPE_JOBS.get(name, {})) - set(data["jobs"])
     problems += [f"{name} has no job {job_name}" for job_name in sorted(missing)]
     return problems
 
@@ -87,7 +122,7 @@ def matrix_problems(name: str, data: dict, ids: list[str]) -> list[str]:
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_every_matrix_covers_every_recipe(path):
     assert path.name in RECIPE_JOBS
-    assert matrix_problems(path.name, load(path), sorted(recipes.known_ids())) == []
+    assert matrix_problems(path.name, load(path)) == []
 
 
 def test_ci_runs_the_suite_and_the_drift_checks():
@@ -167,13 +202,26 @@ def test_a_workflow_that_drops_its_recipe_matrix_fails(tmp_path, name, job):
         del data["jobs"][job]["strategy"]["matrix"]["recipe"]
 
     copy, data = mutated(WORKFLOWS / name, tmp_path, drop)
-    assert f"{name} job {job} has no recipe matrix" in matrix_problems(copy, data, sorted(recipes.known_ids()))
+    assert f"{name} job {job} has no recipe matrix" in matrix_problems(copy, data)
 
 
 def test_a_matrix_that_misses_a_recipe_fails(tmp_path):
-    copy, data = mutated(WORKFLOWS / "ci.yml", tmp_path, lambda d: d["jobs"]["recipes"]["strategy"]["matrix"]
-                         ["recipe"].pop())
-    assert any("its matrix is" in p for p in matrix_problems(copy, data, sorted(recipes.known_ids())))
+    def listed(d):
+        d["jobs"]["recipes"]["strategy"]["matrix"]["recipe"] = ids_for("")[:-1]
+
+    copy, data = mutated(WORKFLOWS / "ci.yml", tmp_path, listed)
+    assert any("its matrix is" in p for p in matrix_problems(copy, data))
+
+
+@pytest.mark.parametrize("mutation", [
+    lambda d: d["jobs"]["recipes"].pop("needs"),  # reads a job it does not wait for
+    lambda d: d["jobs"]["ids"]["steps"][-1].update(run=d["jobs"]["ids"]["steps"][-1]["run"].replace(
+        "--json", "--json --accelerator gaudi3")),  # a selection the job is not meant to run
+    lambda d: d["jobs"]["ids"]["outputs"].update(recipes="${{ steps.other.outputs.recipes }}"),
+])
+def test_a_matrix_read_from_the_wrong_place_fails(tmp_path, mutation):
+    copy, data = mutated(WORKFLOWS / "ci.yml", tmp_path, mutation)
+    assert any("is not read from `invoke recipes --json`" in p for p in matrix_problems(copy, data))
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
@@ -238,7 +286,7 @@ def test_gaudi_job_runs_on_a_gaudi_runner_with_the_habana_runtime():
 
 def test_the_gaudi_job_runs_exactly_the_one_command_and_uploads_what_it_wrote():
     data = load(WORKFLOWS / "gaudi-smoke.yml")
-    invoked = [line.strip() for line in run_lines(data) if "invoke " in line]
+    invoked = [line.strip() for line in run_lines({"jobs": {"smoke": data["jobs"]["smoke"]}}) if "invoke " in line]
     assert invoked == [".venv/bin/invoke chain --recipe ${{ matrix.recipe }} --runtime habana"]
     upload = next(s for s in data["jobs"]["smoke"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
     assert upload["if"].startswith("always()")

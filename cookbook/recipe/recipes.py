@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from inimage import fixplan, rules
 
 from ..host import grammar
-from ..host.errors import FixError, RecipeError, where
+from ..host.errors import FixError, RecipeError, UsageError, where
 from ..host.paths import RECIPES, ROOT
 from . import derive, fixes, release, yamlsource
 from .release import Release
@@ -216,11 +216,19 @@ def validate(rid: str, path: Path, chain: tuple[Source, ...], data: dict) -> Loa
     return LoadedRecipe(rid, path, recipe, chain, data, content_hash(rid, data), profile, rel)
 
 
-def list_all(root: Path = RECIPES) -> None:
-    """`invoke recipes`: one line each: id, model, hardware, release, opt-in fixes."""
-    for loaded in load_all(root):
+def list_all(root: Path = RECIPES, as_json: bool = False, accelerator: str | None = None) -> None:
+    """`invoke recipes`: one line each: id, model, hardware, release, opt-in fixes; `--json`: the ids alone, as
+    a JSON list (a CI matrix reads it); `--accelerator`: only the recipes for that card type."""
+    known = ("gaudi2", "gaudi3", "cpu")
+    if accelerator is not None and accelerator not in known:
+        raise UsageError(f"--accelerator {accelerator!r} is not a card type recipes know", hint=f"one of {known}")
+    chosen = [lo for lo in load_all(root) if accelerator in (None, lo.recipe.hardware.accelerator)]
+    if as_json:
+        print(json.dumps(sorted(lo.id for lo in chosen)))
+        return
+    for loaded in chosen:
         rec = loaded.recipe
-        print(f"{loaded.id:20} {rec.model.id:28} {rec.hardware.cards}x {rec.hardware.accelerator:7} "
+        print(f"{loaded.id:36} {rec.model.id:42} {rec.hardware.cards}x {rec.hardware.accelerator:7} "
               f"{rec.base.vllm_gaudi.version}  opt-in: {', '.join(rec.fixes.opt_in) or '-'}")
 
 

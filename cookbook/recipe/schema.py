@@ -143,6 +143,8 @@ class Serve(Strict):
     quantization: Ident | None = None
     trust_remote_code: StrictBool | None = None
     seed: NonNegative | None = None
+    async_scheduling: StrictBool | None = None
+    generation_config: Ident | None = Field(None, description="`vllm` ignores the checkpoint's generation_config.json")
 
 
 class BucketRange(Strict):
@@ -225,7 +227,7 @@ class Provenance(Strict):
 
     importer: Literal["vllm-gaudi-defaults"]
     commit: StrictStr = Field(pattern=r"^[0-9a-f]{40}$", description="the vllm-gaudi commit read")
-    values: dict[KeyPath, Prose] = Field(description="a dotted key of this recipe -> the file, row and column, "
+    sources: dict[KeyPath, Prose] = Field(description="a dotted key of this recipe -> the file, row and column, "
                                                      "or the autocalc rule, it was taken from")
     overrides: dict[KeyPath, Prose] = Field(default_factory=dict,
                                             description="a dotted key the cookbook sets otherwise -> why")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +51,14 @@ def read_text(path: Path, error=RecipeError) -> str:
 
 
 def load(path: Path, error=RecipeError) -> Source:
-    text = read_text(path, error)
+    """A YAML file with the line of each key. The same text is parsed once (a render of every recipe reads
+    the whole fix pack for each); the caller gets its own copy of the data."""
+    source = _parse(path, read_text(path, error), error)
+    return dataclasses.replace(source, data=copy.deepcopy(source.data))
+
+
+@functools.lru_cache(maxsize=512)
+def _parse(path: Path, text: str, error) -> Source:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)

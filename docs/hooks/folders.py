@@ -21,8 +21,12 @@ def expand(nav, docs_dir: Path):
     if isinstance(nav, str) and nav.endswith("/"):
         pages = sorted((docs_dir / nav).glob("*.md"), key=lambda p: (p.name != "index.md", p.name))
         return [{title(p): str(p.relative_to(docs_dir))} for p in pages]
-    if isinstance(nav, list):
-        return [expand(item, docs_dir) for item in nav]
+    if isinstance(nav, list):  # a folder among a section's pages: its pages take its place there
+        out = []
+        for item in nav:
+            got = expand(item, docs_dir)
+            out.extend(got) if isinstance(item, str) and item.endswith("/") else out.append(got)
+        return out
     if isinstance(nav, dict):
         return {title: expand(item, docs_dir) for title, item in nav.items()}
     return nav

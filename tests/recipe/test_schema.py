@@ -39,12 +39,12 @@ REFUSED = [
     ("no cards", {"hardware.cards": 0}, "hardware.cards", "greater than 0"),
     ("rule name not a slug", {"rules": [{"rule": "a b", "text": "x"}]}, "rules.0.rule", "a name here"),
     ("provenance of a key that is no path", {"provenance": {"importer": "vllm-gaudi-defaults", "commit": "a" * 40,
-                                                            "values": {"serve": "x"}}}, "provenance.values.serve",
+                                                            "sources": {"serve": "x"}}}, "provenance.sources.serve",
      "String should match pattern"),
-    ("provenance from an importer not known", {"provenance": {"importer": "hand", "commit": "a" * 40, "values": {}}},
+    ("provenance from an importer not known", {"provenance": {"importer": "hand", "commit": "a" * 40, "sources": {}}},
      "provenance.importer", "vllm-gaudi-defaults"),
     ("provenance of a short commit", {"provenance": {"importer": "vllm-gaudi-defaults", "commit": "b059f9c",
-                                                     "values": {}}}, "provenance.commit", "pattern"),
+                                                     "sources": {}}}, "provenance.commit", "pattern"),
 ]
 
 
