@@ -24,12 +24,10 @@ from pathlib import Path
 from ..host import grammar
 from ..host.errors import CheckFailure, HostError, UsageError, printable
 from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, Label
+from ..recipe import hardware
 from ..recipe.recipes import LoadedRecipe
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
-# hl-smi's Product Name: Gaudi 2 parts are HL-225 (and its letter variants); Gaudi 3 parts are
-# numbered HL-3xx (OAM and PCIe cards alike); Gaudi 1's HL-205 is neither.
-PRODUCTS = {"gaudi2": ("HL-225",), "gaudi3": ("HL-3",)}
 RUNTIME_HINT = ('register it in /etc/docker/daemon.json: "runtimes": {"habana": {"path": '
                 '"/usr/bin/habana-container-runtime"}} (package habanalabs-container-runtime), then restart docker')
 
@@ -124,10 +122,10 @@ def check_firmware(r: Readings, want: str) -> Check:
 
 
 def check_cards(r: Readings, cards: int, accelerator: str) -> Check:
-    if accelerator not in PRODUCTS:  # a CPU recipe (the tests' CPU image) needs no card
+    if not hardware.is_card(accelerator):  # a CPU recipe (the tests' CPU image) needs no card
         return Check("cards", OK, f"a {accelerator} recipe needs no Gaudi card")
     _, found = parse_hl_smi(r.hl_smi["out"])
-    right = [c for c in found if c.product.startswith(PRODUCTS[accelerator])]
+    right = [c for c in found if c.product.startswith(hardware.ACCELERATORS[accelerator].products)]
     if len(right) < cards:
         others = sorted({c.product for c in found} - {c.product for c in right})
         return Check("cards", FAIL, f"{len(right)} {accelerator} card(s) visible, the recipe needs {cards}"
