@@ -515,3 +515,6 @@ def test_a_four_card_recipe_asks_for_four_cards_and_budgets_replicas(tmp_path, k
     assert budget["maxUnavailable"] == 1 and budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     one = k8s.render(loaded, facts, k8s.Options("r.example/x@sha256:" + "a" * 64, replicas=1, kserve=kserve))
     assert "pdb.yaml" not in one  # one replica: a budget could only block every drain or say nothing
+    off = (("PT_HPU_ENABLE_LAZY_COLLECTIVES", "false"),)  # lazy mode at tensor parallel 4: the image would refuse it
+    with pytest.raises(UsageError, match="rule lazy-collectives-for-tensor-parallel"):
+        k8s.render(loaded, facts, k8s.Options("r.example/x@sha256:" + "a" * 64, env=off, kserve=kserve))
