@@ -274,7 +274,7 @@ ns.add_task(docs)
             "no_fetch": "do not fetch the model into the host's cache first (hosts that manage weights themselves)",
             "dry_run": "print the docker run, start nothing"})
 def serve(c, recipe=DEFAULT_RECIPE, image=None, port=None, runtime="habana", name=None,
-          hf_cache=HF_CACHE_HOST, env=None, option=None, timeout="1800", log_dir="build/serve",
+          hf_cache=HF_CACHE_HOST, env=None, option=None, cards=None, timeout="1800", log_dir="build/serve",
           no_fetch=False, dry_run=False):
     """Start a recipe's image as the README's Serving section does, its model fetched and verified first.
 

@@ -29,6 +29,10 @@ COMPACT_GDN = "VLLM_COMPACT_GDN"
 # "PT_DEVMEM OOM: No enough memory for defragment" once chunks reached 3,584 tokens.
 GAUDI2_LONG_CONTEXT = 262144
 GAUDI2_LONG_CONTEXT_MAX_BATCHED = 3584
+# Tensor parallel runs HPU graphs across cards; in lazy mode their collectives need this on (vllm-gaudi's
+# docs, configuration/env_variables.md; its platform sets it only when the variable is absent).
+LAZY_COLLECTIVES = "PT_HPU_ENABLE_LAZY_COLLECTIVES"
+LAZY_COLLECTIVES_ON = {"true", "1"}  # case aside, as the Gaudi software reads a boolean variable
 
 
 @dataclass(frozen=True)
@@ -253,6 +257,22 @@ def tp_matches(r: Recipe, p: Profile):
                     f"tensor parallel {r.hardware.tensor_parallel} needs more than the "
                     f"{r.hardware.cards} card(s) the recipe names."))
     return out
+
+
+@rule("lazy-collectives-for-tensor-parallel")
+def lazy_collectives(r: Recipe, p: Profile):
+    tp = r.serve.tensor_parallel_size or r.hardware.tensor_parallel
+    if tp <= 1 or fixplan.hpu_mode(r.env) != "lazy":
+        return []
+    value = r.env.get(LAZY_COLLECTIVES)
+    if value is not None and value.strip().lower() in LAZY_COLLECTIVES_ON:
+        return []
+    # Unset is refused too: vllm-gaudi 0.26.0 turns it on when absent, but the recipe says what its run relies
+    # on rather than a release's default.
+    said = "unset" if value is None else f"{value!r}"
+    return [(("env", LAZY_COLLECTIVES),
+             f"{LAZY_COLLECTIVES} is {said}, but tensor parallel {tp} in lazy mode (PT_HPU_LAZY_MODE=1) runs "
+             "HPU graphs whose collectives across cards need it on. Set it to \"true\", or run in compile mode.")]
 
 
 @rule("context-within-native")

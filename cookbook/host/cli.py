@@ -49,6 +49,8 @@ OPTIONS = {
                "HF_TOKEN only by name)", repeatable=True),
     "option": Opt("an extra `docker run` option, one of --shm-size=, --ulimit=, --network=, "
                   "--volume=DIR:/models/...:ro (repeatable)", repeatable=True),
+    "cards": Opt("the Gaudi cards the container sees, as comma-separated indices (0,1,2,3), exactly as many as "
+                 "the recipe's cards (default all: every card of the host)"),
     "timeout": Opt("seconds to wait for health"),
     "url": Opt("a running server's base URL, http://HOST:PORT"),
     "scale": Opt("multiply the recipe's token sizes (small servers: 0.01)"),

@@ -23,7 +23,7 @@ Scenarios: `short` (streams x max_tokens after a short prompt) gives tokens/s (o
 tokens/s over the wall time from the first send to the last token and the mean per-stream tokens/s
 (32 streams); `needle` is a cold chat prompt of prompt_tokens with the smoke suite's needle in the middle
 (smoke/haystack.py), timed to the end of the answer (seconds_to_answer). Sizes: the recipe's, times
---scale, within the server's context.
+--scale, within the server's context; streams no more than the recipe's max_num_seqs.
 """
 
 from __future__ import annotations
@@ -68,8 +68,10 @@ class Workload:
     expect: dict
 
 
-def size(s: Scenario, scale: float, context: int) -> Workload:
-    """The scenario's needle prompt times `scale`, the prompt cut so that prompt and answer fit the context."""
+def size(s: Scenario, scale: float, context: int, max_seqs: int | None = None) -> Workload:
+    """The scenario's needle prompt times `scale`, the prompt cut so that prompt and answer fit the context,
+    and its streams no more than the server runs at once (`max_seqs`, its --max-num-seqs): past that they
+    wait in vLLM's queue, and the figures would time the queue, not streams served together."""
     if not 0 < scale <= 1e6:
         raise UsageError(f"--scale must be above 0, got {scale}")
     prompt = s.prompt_tokens or SHORT_PROMPT_TOKENS
@@ -81,7 +83,8 @@ def size(s: Scenario, scale: float, context: int) -> Workload:
     prompt = min(prompt, context - answer - 8)  # 8: the chat template's own tokens round the prompt
     if prompt < MIN_TOKENS:
         raise UsageError(f"scenario {s.name}: a context of {context} tokens is too small for it")
-    return Workload(s.name, s.title, s.prompt, s.streams, prompt, answer, dict(s.expect))
+    streams = min(s.streams, max_seqs) if max_seqs else s.streams
+    return Workload(s.name, s.title, s.prompt, streams, prompt, answer, dict(s.expect))
 
 
 @dataclass
@@ -300,7 +303,8 @@ def run(loaded: LoadedRecipe, url: str, *, scale: float = 1.0, repeats: int = 3,
     server = Server.connect(url, REQUEST_TIMEOUT_S)
     filler = filler_ids(server)
     seeds = iter(range(1, 10**6))
-    scenarios = [run_scenario(server, size(s, scale, server.max_model_len), repeats, filler, seeds)
+    seqs = loaded.recipe.serve.max_num_seqs
+    scenarios = [run_scenario(server, size(s, scale, server.max_model_len, seqs), repeats, filler, seeds)
                  for s in perf.scenarios if not only or s.name in only]
     return {"schema": SCHEMA, "recipe": loaded.id, "recipe_hash": loaded.hash,
             "target": {"url": url, "image": image, "image_id": image_id, **(facts or {})},
@@ -404,8 +408,9 @@ def dry_run(loaded: LoadedRecipe, scale: float, repeats: int, only: list[str] | 
     for s in loaded.recipe.performance.scenarios if loaded.recipe.performance else []:
         if only and s.name not in only:
             continue
-        w = size(s, scale, context)
-        print(f"{w.name}: {repeats} x {w.streams} stream(s), {w.prompt_tokens} prompt tokens, {w.max_tokens} "
+        w = size(s, scale, context, loaded.recipe.serve.max_num_seqs)
+        capped = f" (of {s.streams}: --max-num-seqs {w.streams})" if w.streams < s.streams else ""
+        print(f"{w.name}: {repeats} x {w.streams} stream(s){capped}, {w.prompt_tokens} prompt tokens, {w.max_tokens} "
               f"output tokens ({'cold chat, needle' if w.kind == 'needle' else 'completions, ignore_eos'})")
 
 

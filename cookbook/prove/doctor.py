@@ -24,12 +24,11 @@ from pathlib import Path
 from ..host import grammar
 from ..host.errors import CheckFailure, HostError, UsageError, printable
 from ..host.names import HF_CACHE_HOST, HF_CACHE_IN_IMAGE, Label
+from ..recipe import hardware
 from ..recipe.recipes import LoadedRecipe
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
-# hl-smi's Product Name: Gaudi 2 parts are HL-225 (and its letter variants); Gaudi 3 parts are
-# numbered HL-3xx (OAM and PCIe cards alike); Gaudi 1's HL-205 is neither.
-PRODUCTS = {"gaudi2": ("HL-225",), "gaudi3": ("HL-3",)}
+SHM = "/dev/shm"  # what `docker run --ipc=host` shares with the container
 RUNTIME_HINT = ('register it in /etc/docker/daemon.json: "runtimes": {"habana": {"path": '
                 '"/usr/bin/habana-container-runtime"}} (package habanalabs-container-runtime), then restart docker')
 
@@ -42,6 +41,7 @@ class Readings:
     docker_info: dict | None = None  # `docker info --format '{{json .}}'`; None: no daemon answers
     hf_cache: dict = field(default_factory=dict)  # {"path", "writable", "error"}
     port: dict = field(default_factory=dict)  # {"port", "free", "error"}
+    shm: dict = field(default_factory=dict)  # {"path", "writable", "error"}: the host's /dev/shm
     image: dict = field(default_factory=dict)  # {"ref", "present", "id", "labels", "evidence"}
 
     def to_json(self) -> str:
@@ -124,10 +124,10 @@ def check_firmware(r: Readings, want: str) -> Check:
 
 
 def check_cards(r: Readings, cards: int, accelerator: str) -> Check:
-    if accelerator not in PRODUCTS:  # a CPU recipe (the tests' CPU image) needs no card
+    if not hardware.is_card(accelerator):  # a CPU recipe (the tests' CPU image) needs no card
         return Check("cards", OK, f"a {accelerator} recipe needs no Gaudi card")
     _, found = parse_hl_smi(r.hl_smi["out"])
-    right = [c for c in found if c.product.startswith(PRODUCTS[accelerator])]
+    right = [c for c in found if c.product.startswith(hardware.ACCELERATORS[accelerator].products)]
     if len(right) < cards:
         others = sorted({c.product for c in found} - {c.product for c in right})
         return Check("cards", FAIL, f"{len(right)} {accelerator} card(s) visible, the recipe needs {cards}"
@@ -167,6 +167,11 @@ PROBES = {
                            f"make it writable, or mount another with -v DIR:{HF_CACHE_IN_IMAGE}"),
     "port": ("port", "free", "port {port} is taken: {error}", "port {port} is free",
              "stop what listens there, or run the image with -p OTHER:PORT"),
+    # Tensor parallel runs a worker process per card, and they share tensors through shared memory (vLLM's
+    # docs: why its `docker run` needs --ipc=host), which --ipc=host takes from the host's /dev/shm.
+    "shared memory": ("shm", "writable", "{path} is not writable: {error}; the tensor-parallel workers share "
+                      "tensors through it (--ipc=host hands the host's to the container)", "{path} is writable",
+                      f"mount a tmpfs there: mount -t tmpfs tmpfs {SHM}"),
 }
 
 
@@ -176,6 +181,12 @@ def check_probe(r: Readings, name: str) -> Check:
     if not probe.get(key):
         return Check(name, FAIL, bad.format_map(probe), mend)
     return Check(name, OK, fine.format_map(probe))
+
+
+def check_shm(r: Readings, tensor_parallel: int) -> Check:
+    if tensor_parallel <= 1:
+        return Check("shared memory", OK, "one card: no tensor-parallel workers to share memory between")
+    return check_probe(r, "shared memory")
 
 
 def check_image(r: Readings, loaded: LoadedRecipe) -> Check:
@@ -216,6 +227,7 @@ def judge(r: Readings, loaded: LoadedRecipe) -> list[Check]:
         check_memory(r, rec.hardware.cards, rec.serve.gpu_memory_utilization or 0.9),
         check_probe(r, "hugging face cache"),
         check_probe(r, "port"),
+        check_shm(r, rec.hardware.tensor_parallel),
         check_image(r, loaded),
     ]
 
@@ -224,7 +236,8 @@ def judge(r: Readings, loaded: LoadedRecipe) -> list[Check]:
 
 
 COMMANDS = ["hl-smi -q", "docker info --format '{{json .}}'", "write and remove a file in the Hugging Face cache",
-            "bind 0.0.0.0:PORT and release it", "docker image inspect IMAGE", "read the image's evidence file"]
+            "bind 0.0.0.0:PORT and release it", "write and remove a file in /dev/shm", "docker image inspect IMAGE",
+            "read the image's evidence file"]
 
 
 def hf_cache_dir() -> Path:
@@ -256,15 +269,20 @@ def _docker_info() -> dict | None:
     return {k: info.get(k) for k in ("Runtimes", "DefaultRuntime", "ServerVersion")}  # nothing private
 
 
-def _hf_cache() -> dict:
-    path = hf_cache_dir()
+def _writable(path: Path, make: bool = False) -> dict:
+    """Whether a file can be written in `path` (made first with `make`): one is, and removed."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if make:
+            path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".cookbook-doctor."):
             pass
         return {"path": str(path), "writable": True, "error": None}
     except OSError as exc:
         return {"path": str(path), "writable": False, "error": exc.strerror or str(exc)}
+
+
+def _hf_cache() -> dict:
+    return _writable(hf_cache_dir(), make=True)
 
 
 def _port(port: int) -> dict:
@@ -302,7 +320,7 @@ def read(loaded: LoadedRecipe, image: str) -> Readings:
     if gaudi_absent(partial):
         return partial
     return Readings(hl_smi=hl, docker_info=_docker_info(), hf_cache=_hf_cache(), port=_port(loaded.recipe.image.port),
-                    image=_image(image))
+                    shm=_writable(Path(SHM)), image=_image(image))
 
 
 def shape_problem(r: Readings) -> str | None:
@@ -316,7 +334,7 @@ def shape_problem(r: Readings) -> str | None:
     if info is not None and not (isinstance(info, dict) and isinstance(info.get("Runtimes") or {}, dict)
                                  and all(isinstance(v, dict) for v in (info.get("Runtimes") or {}).values())):
         return "docker_info must be null or an object whose Runtimes maps names to objects"
-    for part in ("hf_cache", "port", "image"):
+    for part in ("hf_cache", "port", "shm", "image"):
         if not isinstance(getattr(r, part), dict):
             return f"{part} must be an object"
     if image.get("present") and not (isinstance(image.get("ref"), str) and isinstance(image.get("id"), str)

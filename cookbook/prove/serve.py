@@ -30,7 +30,10 @@ from ..recipe.recipes import LoadedRecipe
 # Passed through by name only, when set: the value never leaves Docker's own environment.
 SECRET_ENV = ("HF_TOKEN",)
 GAUDI_RUNTIME = "habana"
-GAUDI_DEVICE_ENV = {"HABANA_VISIBLE_DEVICES": "all"}
+# Which cards the container sees: `all` (every card of the host; vLLM takes as many as the recipe's tensor
+# parallel needs) or the indices of the cards chosen (`--cards 4,5,6,7`), as many as the recipe names.
+DEVICES_ENV = "HABANA_VISIBLE_DEVICES"
+ALL_CARDS = "all"
 # The README's options beside the runtime: a shared /dev/shm for the engine's processes, and the
 # scheduler priorities vLLM sets on its threads.
 BASE_OPTIONS = ("--ipc=host", "--cap-add=sys_nice")
@@ -70,6 +73,7 @@ class RunSpec:
     publish_ip: str = ""  # "127.0.0.1": the port is published on loopback only
     entrypoint: str | None = None  # for the project's own tests (a stand-in server); no task sets it
     recipe: str = ""  # the cookbook.recipe label
+    devices: str = ALL_CARDS  # HABANA_VISIBLE_DEVICES, with the habana runtime (devices_value)
 
     @property
     def url(self) -> str:
@@ -167,6 +171,25 @@ def host_folder_problem(host: str) -> str | None:
     return None
 
 
+def devices_value(given: str | None, cards: int) -> str:
+    """HABANA_VISIBLE_DEVICES for a recipe of `cards` cards: `all` when none are given, else the cards given
+    as comma-separated indices, exactly `cards` distinct ones (fewer cannot hold the recipe's tensor parallel;
+    more would leave the choice of which to vLLM again)."""
+    if given is None or given.strip() == ALL_CARDS:
+        return ALL_CARDS
+    words = [w.strip() for w in given.split(",")]
+    if not all(w.isascii() and w.isdigit() for w in words):
+        raise UsageError(f"--cards {printable(repr(given))[:80]} is not a list of card indices",
+                         hint=f"comma-separated indices such as {','.join(map(str, range(cards)))}, or all")
+    indices = [int(w) for w in words]
+    if len(set(indices)) != len(indices):
+        raise UsageError(f"--cards {given}: a card is named twice")
+    if len(indices) != cards:
+        raise UsageError(f"--cards {given} names {len(indices)} card(s); the recipe serves on {cards}",
+                         hint=f"name exactly {cards} distinct card(s), or all")
+    return ",".join(map(str, indices))
+
+
 def run_argv(spec: RunSpec) -> list[str]:
     """The `docker run` arguments (after `docker`) of the README's Serving section, detached and named."""
     # Labelled, so a container the cookbook started is found again: docker ps --filter label=cookbook.container
@@ -174,8 +197,7 @@ def run_argv(spec: RunSpec) -> list[str]:
     if spec.runtime:
         options.append(f"--runtime={spec.runtime}")
         if spec.runtime == GAUDI_RUNTIME:
-            for k, v in GAUDI_DEVICE_ENV.items():
-                options += ["-e", f"{k}={v}"]
+            options += ["-e", f"{DEVICES_ENV}={spec.devices}"]
     for name in spec.pass_env:
         options += ["-e", name]
     for k, v in spec.env.items():
@@ -317,17 +339,23 @@ def container(spec: RunSpec, log_path: Path, timeout_s: float = DEFAULT_TIMEOUT_
 def spec_for(loaded: LoadedRecipe, image: str | None = None, port: int | None = None,
              runtime: str | None = GAUDI_RUNTIME, name: str | None = None,
              hf_cache: str | None = HF_CACHE_HOST, env: dict | None = None,
-             options: tuple[str, ...] = (), args: tuple[str, ...] = (), role: str = "serve") -> RunSpec:
+             options: tuple[str, ...] = (), args: tuple[str, ...] = (), role: str = "serve",
+             cards: str | None = None) -> RunSpec:
     """The README's `docker run` for `role`: serve publishes the port as the README does; the transient
-    smoke and bench containers on 127.0.0.1 only. `env` values of None are passed through by name."""
+    smoke and bench containers on 127.0.0.1 only. `env` values of None are passed through by name; `cards`
+    chooses the cards the container sees (devices_value)."""
     r = loaded.recipe
+    if cards is not None and (runtime or None) != GAUDI_RUNTIME:
+        raise UsageError(f"--cards chooses Gaudi cards, which only the {GAUDI_RUNTIME} runtime hands over",
+                         hint=f"drop --cards, or use --runtime {GAUDI_RUNTIME}")
     env = dict(env or {})
     by_name = tuple(dict.fromkeys([*SECRET_ENV, *(k for k, v in env.items() if v is None)]))
     return RunSpec(image=image or moving_tag(loaded), name=name or f"cookbook-{loaded.id}",
                    port=port or r.image.port, container_port=r.image.port, runtime=runtime or None,
                    hf_cache=hf_cache or None, env={k: v for k, v in env.items() if v is not None},
                    pass_env=by_name, options=tuple(options), args=tuple(args), health_path=r.image.health_path,
-                   role=role, recipe=loaded.id, publish_ip="" if role == "serve" else "127.0.0.1")
+                   role=role, recipe=loaded.id, publish_ip="" if role == "serve" else "127.0.0.1",
+                   devices=devices_value(cards, r.hardware.cards))
 
 
 def run_spec(loaded: LoadedRecipe, role: str, image: str | None, port: int | None, runtime: str | None,
@@ -342,13 +370,13 @@ def run_spec(loaded: LoadedRecipe, role: str, image: str | None, port: int | Non
 
 def task(recipe: str, image: str | None, port: int | None, runtime: str | None, name: str | None,
          hf_cache: str | None, env: dict, option: tuple[str, ...], timeout: float, log_dir: Path,
-         no_fetch: bool, args: tuple[str, ...], dry_run: bool = False) -> Running | None:
+         no_fetch: bool, args: tuple[str, ...], cards: str | None = None, dry_run: bool = False) -> Running | None:
     """`invoke serve`: the recipe's `docker run` with the task's options, then `serve`."""
     from ..recipe import recipes
 
     loaded = recipes.load(recipe)
     spec = spec_for(loaded, image=image, port=port, runtime=runtime, name=name, hf_cache=hf_cache, env=env,
-                    options=option, args=args)
+                    options=option, args=args, cards=cards)
     return serve(loaded, spec, log_dir, timeout, dry_run, fetch=not no_fetch)
 
 

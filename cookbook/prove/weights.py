@@ -531,7 +531,8 @@ def plan(loaded, hf_cache: str | None, out: Path) -> str:
         return f"nothing to fetch: {repo_id} present and verified at {commit[:12]} in {cache}"
     via = token()[1]
     return (f"fetch {repo_id} at {REVISION} into {cache}, verified against the Hub's hashes "
-            f"(token: {'from ' + via if via else 'none'}; deadline {deadline_s():.0f}s, {TIMEOUT_ENV}; record {out})")
+            f"(token: {'from ' + via if via else 'none'}; deadline {deadline_s():.0f}s, {TIMEOUT_ENV}; "
+            f"record {printable(str(out))})")  # --log-dir as typed: its escapes shown, not obeyed
 
 
 def step(loaded, hf_cache: str | None, out: Path) -> Result:

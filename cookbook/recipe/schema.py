@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from ..host import grammar
+from . import hardware
 
 
 def _refused_by(problem):
@@ -91,7 +92,7 @@ class Model(Strict):
 class Hardware(Strict):
     # cpu: a recipe served on a CPU (the tests' CPU image): its figures are CPU figures, and only such a
     # recipe's pages may show figures measured on a CPU (measured.misplaced).
-    accelerator: Literal["gaudi2", "gaudi3", "cpu"]
+    accelerator: Literal[tuple(hardware.ACCELERATORS)]  # gaudi2, gaudi3, cpu: their names and memory are there
     cards: Positive
     tensor_parallel: Positive
 

@@ -404,12 +404,18 @@ def render(loaded: LoadedRecipe, facts: ImageFacts, opts: Options) -> dict[str, 
                      "ports": [{"name": "http", "port": facts.port, "targetPort": "http", "protocol": "TCP"}]},
         }
     if opts.replicas > 1:
-        out["pdb.yaml"] = {
-            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": name, "labels": meta["labels"]},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
-        }
+        out["pdb.yaml"] = pdb(name, meta["labels"], selector)
     return out
+
+
+def pdb(name: str, labels: dict, selector: dict) -> dict:
+    """One replica down at a time, however many cards it holds (a replica is all of its cards on one host,
+    and none serves without the others). A replica that is not ready (a multi-card model loads for many
+    minutes; or it crash-loops) serves nothing, so evicting it costs nothing: AlwaysAllow lets a drain take
+    it rather than wait on the budget (the default, IfHealthyBudget, stalls a drain on two such replicas)."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "labels": labels},
+            "spec": {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                     "selector": {"matchLabels": selector}}}
 
 
 def guard(loaded: LoadedRecipe, environ: dict[str, str]) -> None:

@@ -6,7 +6,10 @@ from cookbook.host.errors import RecipeError
 from cookbook.recipe import recipes
 from inimage import rules
 
+from .. import multicard
 from ..conftest import DELETE, variant
+
+TP4 = multicard.CHANGES  # a dense model in lazy mode at tensor parallel 4 on four cards
 
 # (case, changes to the reference recipe, rule expected to fire or None, words the message must have)
 CASES = [
@@ -60,6 +63,19 @@ CASES = [
      "differs from hardware.tensor_parallel"),
     ("tp above cards", {"serve.tensor_parallel_size": 2, "hardware.tensor_parallel": 2},
      "tensor-parallel-matches-hardware", "more than the 1 card"),
+    ("tp 4 on 4 cards, lazy collectives on", TP4, None, None),
+    ("tp 4 in lazy mode, lazy collectives off", {**TP4, "env.PT_HPU_ENABLE_LAZY_COLLECTIVES": "false"},
+     "lazy-collectives-for-tensor-parallel", "'false', but tensor parallel 4 in lazy mode"),
+    ("tp 4 in lazy mode, lazy collectives unset", {**TP4, "env.PT_HPU_ENABLE_LAZY_COLLECTIVES": DELETE},
+     "lazy-collectives-for-tensor-parallel", "is unset"),
+    ("tp 4 in lazy mode, lazy collectives 1", {**TP4, "env.PT_HPU_ENABLE_LAZY_COLLECTIVES": "1"}, None, None),
+    ("tp 4 in lazy mode, lazy collectives True", {**TP4, "env.PT_HPU_ENABLE_LAZY_COLLECTIVES": "True"}, None, None),
+    ("tp 4 in compile mode needs no lazy collectives",
+     {**TP4, "env.PT_HPU_LAZY_MODE": "0", "env.PT_HPU_ENABLE_LAZY_COLLECTIVES": "false"}, None, None),
+    ("tp 1 in lazy mode needs no lazy collectives",
+     {**TP4, "hardware.tensor_parallel": 1, "serve.tensor_parallel_size": 1,
+      "env.PT_HPU_ENABLE_LAZY_COLLECTIVES": DELETE}, None, None),
+    ("tp 4 on 2 cards", {**TP4, "hardware.cards": 2}, "tensor-parallel-matches-hardware", "more than the 2 card"),
     ("context past native", {"serve.max_model_len": 524288, "buckets.prompt_seq.max": 524288,
                              "buckets.decode_block.max": 16384}, "context-within-native", "native context"),
     ("auto tool choice without parser", {"serve.tool_call_parser": DELETE}, "auto-tool-choice-needs-parser",

@@ -17,7 +17,7 @@ from cookbook.image import render
 from cookbook.recipe import derive, recipes, schema
 from inimage import runtime, settings
 
-from .. import hostile
+from .. import hostile, multicard
 
 RID = "qwen3.5-27b-fp8"
 SAFE_ENV = {"PT_HPU_LAZY_MODE": "0", "VLLM_COMPACT_GDN": "1"}  # what the image's ENV gives
@@ -289,13 +289,16 @@ def run(image, *args, flags=()):
 def test_image_port_reaches_vllm_serve(hostile_image):
     out = run(hostile_image.image_id, "--cookbook-dry-run")
     assert out.returncode == 0, out.stderr
-    assert shlex.split(out.stdout)[-2:] == ["--port", str(hostile.PORT)]
+    words = shlex.split(out.stdout)
+    assert words[-2:] == ["--port", str(hostile.PORT)]
+    assert words[words.index("--tensor-parallel-size") + 1] == str(hostile.CARDS)
 
 
 @pytest.mark.docker
 @pytest.mark.parametrize("args,flags,rule", [
     (["--max-num-batched-tokens", "3584"], (), "batched-tokens-at-256k-on-gaudi2"),
     ([], ("-e", "VLLM_DECODE_BS_BUCKET_MAX=16"), "buckets-cover-serve"),
+    (["--cookbook-dry-run", "-tp", "2"], (), "tensor-parallel-matches-hardware"),  # a four-card image
 ])
 def test_image_refuses_what_the_page_forbids(hostile_image, args, flags, rule):
     out = run(hostile_image.image_id, *args, flags=flags)
@@ -355,3 +358,53 @@ def test_entrypoint_reads_short_names_and_config_files(context, args, said):
     out = entrypoint(context, "--cookbook-dry-run", *args)
     assert out.returncode == 2 and said in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+# --- A recipe for four cards (tests/multicard.py): its card count and mode held at run time --------------
+
+@pytest.fixture(scope="module")
+def tp4(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tp4") / "recipes"
+    return recipes.load(multicard.write(root), root)
+
+
+# (case, user args, run-time env over the image's, the rule expected to refuse or None)
+TP4_CASES = [
+    ("as the recipe says", [], {}, None),
+    ("-tp 4 said again", ["-tp", "4"], {}, None),
+    ("-tp 2", ["-tp", "2"], {}, "tensor-parallel-matches-hardware"),
+    ("--tensor-parallel-size 8", ["--tensor-parallel-size", "8"], {}, "tensor-parallel-matches-hardware"),
+    ("-tp 1", ["-tp", "1"], {}, "tensor-parallel-matches-hardware"),
+    ("lazy collectives off", [], {"PT_HPU_ENABLE_LAZY_COLLECTIVES": "false"}, "lazy-collectives-for-tensor-parallel"),
+    ("lazy collectives 0", [], {"PT_HPU_ENABLE_LAZY_COLLECTIVES": "0"}, "lazy-collectives-for-tensor-parallel"),
+    ("compile mode needs none", [], {"PT_HPU_LAZY_MODE": "0", "PT_HPU_ENABLE_LAZY_COLLECTIVES": "false"}, None),
+]
+
+
+@pytest.mark.parametrize("case,args,env,rule", TP4_CASES, ids=[c[0] for c in TP4_CASES])
+def test_a_four_card_recipe_at_run_time(tp4, case, args, env, rule):
+    data = render.runtime_data(tp4)
+    errors, found, _ = runtime.check(data, derive.serve_command(tp4.recipe) + args,
+                                     {**settings.runtime_env(tp4.recipe), **env})
+    assert errors == []
+    assert [f.rule for f in found] == ([rule] if rule else []), found
+
+
+@pytest.fixture(scope="module")
+def tp4_context(tp4, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tp4ctx") / "ctx"
+    render.write_context(render.context_files(tp4, render.vault_base(tp4)), out)
+    return out
+
+
+@pytest.mark.parametrize("args,env,said", [
+    (["-tp", "2"], {}, "refused by rule tensor-parallel-matches-hardware (--tensor-parallel-size)"),
+    ([], {"PT_HPU_ENABLE_LAZY_COLLECTIVES": "false"},
+     "refused by rule lazy-collectives-for-tensor-parallel (env PT_HPU_ENABLE_LAZY_COLLECTIVES)"),
+])
+def test_a_four_card_entrypoint_refuses(tp4, tp4_context, args, env, said):
+    image_env = settings.runtime_env(tp4.recipe)  # what the image's ENV gives
+    out = entrypoint(tp4_context, "--cookbook-dry-run", *args, env={**image_env, **env})
+    assert out.returncode == 2 and said in out.stderr, out.stderr
+    ok = entrypoint(tp4_context, "--cookbook-dry-run", "-tp", "4", env=image_env)
+    assert ok.returncode == 0, ok.stderr

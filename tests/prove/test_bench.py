@@ -38,6 +38,32 @@ def test_size(kw, scale, context, prompt, answer):
     assert (w.prompt_tokens, w.max_tokens) == (prompt, answer)
 
 
+@pytest.mark.parametrize("streams,max_seqs,want", [
+    (32, None, 32), (32, 32, 32), (32, 64, 32), (32, 8, 8), (1, 8, 1),
+])
+def test_size_caps_streams_at_max_num_seqs(streams, max_seqs, want):
+    assert bench.size(scenario(streams=streams), 1, 262144, max_seqs).streams == want
+
+
+def test_a_dry_run_sizes_for_the_recipes_context_and_max_num_seqs(tmp_path):
+    """A recipe of 4K context and 8 sequences (tests/multicard.py's, changed so): the reference page's 32
+    streams become 8, its needles fit 4K; the reference recipe's own stay as its page says."""
+    from .. import multicard
+    from ..test_tasks import invoke
+
+    path = multicard.write(tmp_path / "recipes", **{"serve.max_model_len": 4096, "serve.max_num_seqs": 8,
+                                                    "serve.limit_mm_per_prompt": {"image": 0, "video": 0}})
+    small = invoke("bench", "--recipe", str(path), "--url", "http://127.0.0.1:9", "--dry-run", "--repeats", "1")
+    assert small.returncode == 0, small.stderr
+    lines = dict(line.split(": ", 1) for line in small.stdout.splitlines())
+    assert lines["streams-32-short"].startswith("1 x 8 stream(s) (of 32: --max-num-seqs 8), 128 prompt tokens")
+    assert lines["cold-244k"].startswith(f"1 x 1 stream(s), {4096 - 1024 - 8} prompt tokens")
+    ref = invoke("bench", "--url", "http://127.0.0.1:9", "--dry-run", "--repeats", "1")
+    lines = dict(line.split(": ", 1) for line in ref.stdout.splitlines())
+    assert lines["streams-32-short"].startswith("1 x 32 stream(s), 128 prompt tokens")
+    assert lines["cold-244k"].startswith("1 x 1 stream(s), 244000 prompt tokens")
+
+
 @pytest.mark.parametrize("scale,context,words", [(0, 4096, "--scale"), (-1, 4096, "--scale"),
                                                  (1, 16, "too small")])
 def test_size_refusals(scale, context, words):

@@ -29,6 +29,7 @@ def good() -> doctor.Readings:
                      "DefaultRuntime": "runc", "ServerVersion": "27.0.3"},
         hf_cache={"path": "/root/.cache/huggingface", "writable": True, "error": None},
         port={"port": 8000, "free": True, "error": None},
+        shm={"path": "/dev/shm", "writable": True, "error": None},
         image={"ref": "gaudi-cookbook/qwen3.5-27b-fp8:v0.26.0-x", "present": True, "id": IMAGE_ID,
                "labels": {"cookbook.recipe.hash": LOADED.hash, "cookbook.standin": "false"},
                "evidence": {"image_id": IMAGE_ID, "passed": True, "started": "2026-12-02T17:00:00Z"}},
@@ -55,9 +56,9 @@ def test_parse_hl_smi():
 
 def test_good_host_passes_every_check():
     checks = doctor.judge(good(), LOADED)
-    assert [c.status for c in checks] == [doctor.OK] * 8, doctor.table(checks)
+    assert [c.status for c in checks] == [doctor.OK] * 9, doctor.table(checks)
     assert [c.name for c in checks] == ["habana runtime", "driver", "firmware", "cards", "device memory",
-                                        "hugging face cache", "port", "image"]
+                                        "hugging face cache", "port", "shared memory", "image"]
 
 
 BAD = [
@@ -85,6 +86,8 @@ BAD = [
      "hugging face cache", doctor.FAIL, "/hf is not writable: Read-only file system"),
     ("port taken", with_(port={"port": 8000, "free": False, "error": "Address already in use"}), "port",
      doctor.FAIL, "port 8000 is taken: Address already in use"),
+    ("no shared memory, one card", with_(shm={"path": "/dev/shm", "writable": False, "error": "x"}),
+     "shared memory", doctor.OK, "one card"),
     ("no image", with_(image={"ref": "x", "present": False}), "image", doctor.FAIL, "not on this Docker engine"),
     ("other recipe version", with_(image=image(labels={"cookbook.recipe.hash": "0" * 64})), "image", doctor.FAIL,
      "another version of recipe"),
@@ -155,6 +158,46 @@ def test_readers_on_this_host(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "a-file" / "hf"))
     bad = doctor._hf_cache()
     assert bad["writable"] is False and bad["error"]
+
+
+    assert doctor._writable(tmp_path) == {"path": str(tmp_path), "writable": True, "error": None}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".cookbook-doctor.")]  # the probe file is gone
+
+
+# --- a recipe for four cards (tests/multicard.py) ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def four_cards(tmp_path_factory):
+    from .. import multicard
+
+    root = tmp_path_factory.mktemp("tp4") / "recipes"
+    return recipes.load(multicard.write(root, **{"hardware.accelerator": "gaudi2"}), root)
+
+
+# (why, the readings' changes, check, status, what it says): the good host has two Gaudi 2 cards
+FOUR = [
+    ("two cards of four", {}, "cards", doctor.FAIL, "2 gaudi2 card(s) visible, the recipe needs 4"),
+    ("two cards' memory for four", {}, "device memory", doctor.FAIL, "4 card(s) need 85% of their memory free"),
+    ("shared memory writable", {}, "shared memory", doctor.OK, "/dev/shm is writable"),
+    ("shared memory read-only", {"shm": {"path": "/dev/shm", "writable": False, "error": "Read-only file system"}},
+     "shared memory", doctor.FAIL, "/dev/shm is not writable: Read-only file system; the tensor-parallel workers"),
+    ("no shared memory", {"shm": {"path": "/dev/shm", "writable": False, "error": "No such file or directory"}},
+     "shared memory", doctor.FAIL, "No such file or directory"),
+]
+
+
+@pytest.mark.parametrize("why,changes,name,status,said", FOUR, ids=[f[0] for f in FOUR])
+def test_a_four_card_recipe(four_cards, why, changes, name, status, said):
+    checks = {c.name: c for c in doctor.judge(with_(**changes), four_cards)}
+    assert checks[name].status == status and said in checks[name].detail, checks[name]
+    assert status == doctor.OK or checks[name].mend
+
+
+def test_a_four_card_recipe_on_four_cards(four_cards):
+    cards = HL_SMI.split("[0] AIP")[1]
+    four = hl(HL_SMI.split("[0] AIP")[0] + "".join(f"[{i}] AIP" + cards for i in range(4)))
+    checks = {c.name: c for c in doctor.judge(with_(hl_smi=four), four_cards)}
+    assert checks["cards"].status == checks["device memory"].status == doctor.OK, doctor.table(list(checks.values()))
 
 
 def test_port_reader_sees_a_listener():

@@ -4,6 +4,7 @@ manager on a real engine: the container is removed on success, on a server that 
 and on Ctrl-C."""
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -318,3 +319,48 @@ def test_sigterm_in_the_weights_step_ends_serve_as_ctrl_c_does(tmp_path):
     assert proc.returncode == 1, stderr[-2000:]
     assert "Traceback" not in stderr
     assert not exists(name)
+
+
+@pytest.mark.parametrize("given,cards,want,said", [
+    (None, 4, "all", None),
+    ("all", 4, "all", None),
+    ("0,1,2,3", 4, "0,1,2,3", None),
+    (" 4, 5,6 ,7", 4, "4,5,6,7", None),
+    ("3", 1, "3", None),
+    ("0,1", 4, None, "names 2 card(s); the recipe serves on 4"),
+    ("0,1,2,3,4", 4, None, "names 5 card(s)"),
+    ("0,1,1,2", 4, None, "a card is named twice"),
+    ("0-3", 4, None, "not a list of card indices"),
+    ("0,,1,2", 4, None, "not a list of card indices"),
+    ("-1,0,1,2", 4, None, "not a list of card indices"),
+    ("", 1, None, "not a list of card indices"),
+])
+def test_devices_value(given, cards, want, said):
+    if said is None:
+        assert serve.devices_value(given, cards) == want
+    else:
+        with pytest.raises(UsageError, match=re.escape(said)):
+            serve.devices_value(given, cards)
+
+
+@pytest.fixture(scope="module")
+def four_cards(tmp_path_factory):
+    """tests/multicard.py's recipe, by path, for the real task."""
+    from .. import multicard
+
+    return str(multicard.write(tmp_path_factory.mktemp("tp4") / "recipes"))
+
+
+@pytest.mark.parametrize("args,code,said", [
+    ([], 0, "-e HABANA_VISIBLE_DEVICES=all "),
+    (["--cards", "4,5,6,7"], 0, "-e HABANA_VISIBLE_DEVICES=4,5,6,7 "),
+    (["--cards", "0,1"], 2, "--cards 0,1 names 2 card(s); the recipe serves on 4"),
+    (["--cards", "0,1,2,3", "--runtime", ""], 2, "only the habana runtime hands over"),
+])
+def test_serve_shows_the_cards_a_multi_card_recipe_sees(four_cards, args, code, said):
+    out = subprocess.run([sys.executable, "-m", "invoke", "serve", "--dry-run", "--no-fetch", "--recipe", four_cards,
+                          *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == code, out.stderr
+    assert said in (out.stdout if code == 0 else out.stderr) and "Traceback" not in out.stderr
+    if code == 0:
+        assert out.stdout.count("HABANA_VISIBLE_DEVICES") == 1

@@ -494,3 +494,27 @@ def test_an_image_whose_manifest_is_not_the_cookbooks_is_one_line_exit_2(broken_
 def test_archive_problem(stat, said):
     got = k8s.archive_problem(stat)
     assert got == said if said is None else said in got
+
+
+@pytest.mark.parametrize("kserve", [False, True])
+def test_a_four_card_recipe_asks_for_four_cards_and_budgets_replicas(tmp_path, kserve):
+    """tests/multicard.py's recipe: all four cards in the one pod of a replica, the CPUs and memory sized by
+    them, and a budget of one replica down whose unready replicas never stall a drain."""
+    from .. import multicard
+
+    root = tmp_path / "recipes"
+    loaded = recipes.load(multicard.write(root), root)
+    facts = k8s.ImageFacts({"cookbook.recipe": multicard.ID}, 8000, "/health", {}, 1800, 30, 10, 3)
+    objects = k8s.render(loaded, facts, k8s.Options("r.example/x@sha256:" + "a" * 64, replicas=2, kserve=kserve))
+    k8s.validate(objects)
+    (c,) = containers(objects)
+    n = multicard.CARDS
+    assert c["resources"] == {"limits": {"habana.ai/gaudi": str(n)},
+                              "requests": {"cpu": str(8 * n), "memory": f"{64 * n}Gi"}}  # docs/kubernetes.md's
+    budget = objects["pdb.yaml"]["spec"]
+    assert budget["maxUnavailable"] == 1 and budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    one = k8s.render(loaded, facts, k8s.Options("r.example/x@sha256:" + "a" * 64, replicas=1, kserve=kserve))
+    assert "pdb.yaml" not in one  # one replica: a budget could only block every drain or say nothing
+    off = (("PT_HPU_ENABLE_LAZY_COLLECTIVES", "false"),)  # lazy mode at tensor parallel 4: the image would refuse it
+    with pytest.raises(UsageError, match="rule lazy-collectives-for-tensor-parallel"):
+        k8s.render(loaded, facts, k8s.Options("r.example/x@sha256:" + "a" * 64, env=off, kserve=kserve))
