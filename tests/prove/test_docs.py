@@ -381,6 +381,30 @@ def test_a_recipe_written_by_hand_says_nothing_of_provenance(rid):
     assert "publishes no" not in text and "![Performance of" in text
 
 
+def test_an_imported_recipe_page_builds_into_the_site(tmp_path, imported):
+    """The site as `invoke docs --site` builds it (this checkout's mkdocs.yml and hook, --strict, anchors
+    validated) with an imported recipe's page added: the hook puts it in the nav, its link to its
+    provenance section resolves, and the index shows its family."""
+    import shutil
+    import subprocess
+    import sys
+
+    loaded = imported()
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    shutil.copy2(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    pages = tmp_path / "docs" / "recipes"
+    (pages / f"{loaded.id}.md").write_text(docs.recipe_page(loaded, [loaded], set(), None, None))
+    (pages / "index.md").write_text(docs.index_page([*recipes.load_all(), loaded]))
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(tmp_path / "mkdocs.yml"),
+                            "-d", str(tmp_path / "site")], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-1500:]
+    html = (tmp_path / "site" / "recipes" / f"{loaded.id}.html").read_text()
+    assert 'id="where-these-settings-come-from"' in html and 'href="#where-these-settings-come-from"' in html
+    assert "<code>serve.max_num_seqs</code>" in html and 'id="verified"' in html and 'id="performance"' in html
+    assert f'href="{loaded.id}.html"' in (tmp_path / "site" / "recipes" / "qwen3.5-27b-fp8.html").read_text()  # nav
+    assert 'id="llama-31"' in (tmp_path / "site" / "recipes" / "index.html").read_text()
+
+
 @pytest.mark.parametrize("model, family", [
     ({"id": "Qwen/Qwen3.5-27B-FP8"}, "Qwen3.5"),
     ({"id": "Qwen/Qwen3.6-27B-FP8"}, "Qwen3.6"),
