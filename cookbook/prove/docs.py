@@ -136,15 +136,16 @@ def images_run(loaded: LoadedRecipe, smoke: results.Measured | None, bench: resu
 def unpublished_note(loaded: LoadedRecipe, what: str) -> str | None:
     """For a recipe that publishes no Verified (smoke) or Performance (bench) rows, such as one imported
     from upstream's defaults: the table is empty until this cookbook's own run on the recipe's hardware
-    fills it, and which run does. None for a recipe that publishes them."""
+    fills it, and the file it fills it from. None for a recipe that publishes them. (Which command writes
+    that file is not said: smoke and bench refuse a recipe with no checks or scenarios of its own.)"""
     r = loaded.recipe
     if (r.verified if what == "smoke" else r.performance) is not None:
         return None
     rows, task = ("checks", "smoke checks") if what == "smoke" else ("figures", "bench scenarios")
     origin = ": its settings are vllm-gaudi's defaults, which come with none" if r.provenance else ""
     return (f"This recipe publishes no {rows}{origin}. This table is empty until a run of this cookbook's {task} on "
-            f"{hardware(r)} fills it: `invoke chain --recipe {loaded.id}` on such a host writes "
-            f"`results/{loaded.id}/{what}.json`, and `invoke docs` joins it here.")
+            f"{hardware(r)} fills it: its file, `results/{loaded.id}/{what}.json` ([result files](../results.md)), "
+            "is joined here by `invoke docs`.")
 
 
 # A model's words up to its size ("27B", "8x7B", "A3B"): its family, where a recipe names none.

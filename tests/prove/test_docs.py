@@ -308,8 +308,8 @@ def imported_runs(tmp_path, loaded, **target):
 
 UNMEASURED_CHECKS = ("This recipe publishes no checks: its settings are vllm-gaudi's defaults, which come with none. "
                      "This table is empty until a run of this cookbook's smoke checks on 4x Gaudi 3 (TP 4) fills it: "
-                     "`invoke chain --recipe llama-3.1-70b-instruct-gaudi3` on such a host writes "
-                     "`results/llama-3.1-70b-instruct-gaudi3/smoke.json`, and `invoke docs` joins it here.")
+                     "its file, `results/llama-3.1-70b-instruct-gaudi3/smoke.json` ([result files](../results.md)), "
+                     "is joined here by `invoke docs`.")
 EMPTY_TABLE = "| Check | Result | Measured | Date | Image |\n|---|---|---|---|---|\n\n\n## Performance"
 
 
@@ -336,7 +336,7 @@ EMPTY_TABLE = "| Check | Result | Measured | Date | Image |\n|---|---|---|---|--
      [f"## Verified\n\n{UNMEASURED_CHECKS}\n\n{EMPTY_TABLE}",
       "This recipe publishes no figures: its settings are vllm-gaudi's defaults, which come with none. This table is "
       "empty until a run of this cookbook's bench scenarios on 4x Gaudi 3 (TP 4) fills it",
-      "writes `results/llama-3.1-70b-instruct-gaudi3/bench.json`",
+      "its file, `results/llama-3.1-70b-instruct-gaudi3/bench.json` ([result files](../results.md))",
       "| Test | Result | Measured | Date | Image |\n|---|---|---|---|---|\n\n## Known issues"],
      ["![Performance", "not measured yet", "No smoke run", "published figure"]),
     ("a recipe without verified and performance that is not imported says no more than that", {"provenance": DELETE},
