@@ -104,13 +104,17 @@ def rate(value: float) -> str:
     return f"{value:.1f}" if abs(value) < 1e7 else f"{value:.3g}"
 
 
-def run_note(run: results.Measured | None, recipe_hash: str, current_image: str, what: str, base) -> str:
-    """The words under a table: which run its Measured column comes from, and whether it ran this image."""
+def run_note(run: results.Measured | None, recipe_hash: str, current_image: str, what: str, base,
+             unpublished: str | None = None) -> str:
+    """The words under a table: which run its Measured column comes from, and whether it ran this image.
+    `unpublished` is what stands in for a recipe that publishes no rows of this table (unpublished_note)."""
     if run is None:
-        return f"No {what} run of this recipe's image is recorded yet: Result is the published figure."
+        return unpublished or f"No {what} run of this recipe's image is recorded yet: Result is the published figure."
     where = {"gaudi": "on a Gaudi", "cpu": "on a CPU (Docker's default runtime): CPU figures, not Gaudi ones"}.get(
         run.hardware or "", "hardware not recorded")
-    note = (f"Result is the published figure; Measured is the latest {what} run, {run.date}, image "
+    result = ("The recipe publishes none of these rows: they are the run's own, and Result says none published"
+              if unpublished else "Result is the published figure")
+    note = (f"{result}; Measured is the latest {what} run, {run.date}, image "
             f"`{run.image_id or 'not recorded'}`, {where}.")
     said = measured.standing(run, current_image, base)
     if said == measured.OTHER_IMAGE:
@@ -121,6 +125,78 @@ def run_note(run: results.Measured | None, recipe_hash: str, current_image: str,
     elif said:
         note += f" **Not a full run of this image**: {said}."
     return note
+
+
+def images_run(loaded: LoadedRecipe, smoke: results.Measured | None, bench: results.Measured | None) -> dict[str, str]:
+    """The image each run is judged against (current_image), by kind; none where there is no run: hashing
+    the build context reads the whole fix pack, the most of a page's cost when nothing was measured."""
+    return {kind: current_image(loaded, run) if run else "" for kind, run in (("smoke", smoke), ("bench", bench))}
+
+
+def unpublished_note(loaded: LoadedRecipe, what: str) -> str | None:
+    """For a recipe that publishes no Verified (smoke) or Performance (bench) rows, such as one imported
+    from upstream's defaults: the table is empty until this cookbook's own run on the recipe's hardware
+    fills it, and the file it fills it from. None for a recipe that publishes them. (Which command writes
+    that file is not said: smoke and bench refuse a recipe with no checks or scenarios of its own.)"""
+    r = loaded.recipe
+    if (r.verified if what == "smoke" else r.performance) is not None:
+        return None
+    rows, task = ("checks", "smoke checks") if what == "smoke" else ("figures", "bench scenarios")
+    origin = ": its settings are vllm-gaudi's defaults, which come with none" if r.provenance else ""
+    return (f"This recipe publishes no {rows}{origin}. This table is empty until a run of this cookbook's {task} on "
+            f"{hardware(r)} fills it: its file, `results/{loaded.id}/{what}.json` ([result files](../results.md)), "
+            "is joined here by `invoke docs`.")
+
+
+# A model's words up to its size ("27B", "8x7B", "A3B"): its family, where a recipe names none.
+_SIZE = re.compile(r"(?i)(\d+x)?\d+(\.\d+)?[bmk]|a\d+(\.\d+)?b")
+
+
+def family(model) -> str:
+    """The family the index groups a recipe under: `model.family`, else the model's name up to its size,
+    words joined by spaces ("Qwen/Qwen3.5-27B-FP8": Qwen3.5; "meta-llama/Llama-3.1-8B": Llama 3.1)."""
+    if model.family:
+        return model.family
+    words = model.id.rsplit("/", 1)[-1].split("-")
+    kept = []
+    for word in words:
+        if _SIZE.fullmatch(word):
+            break
+        kept.append(word)
+    return " ".join(kept or words[:1])
+
+
+_MISSING = object()
+
+
+def setting(data: dict, dotted: str) -> str:
+    """A recipe's value at a dotted key (`serve.max_num_seqs`, `env.VLLM_...`) as a page prints it."""
+    node = data
+    for key in dotted.split("."):
+        node = node.get(key, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is _MISSING:
+            return "not in this recipe"
+    return node if isinstance(node, str) else json.dumps(node)
+
+
+def provenance(loaded: LoadedRecipe) -> dict | None:
+    """Where an imported recipe's settings come from: the vllm-gaudi release and commit read, each key
+    with its value and source, and the cookbook's overrides with their reasons. None for a recipe
+    written by hand."""
+    p, pin = loaded.recipe.provenance, loaded.recipe.base.vllm_gaudi
+    if p is None:
+        return None
+
+    def rows(said: dict[str, str]) -> list[dict]:
+        return [{"key": k, "value": setting(loaded.data, k), "said": v} for k, v in said.items()]
+
+    return {"release": pin.version, "commit": p.commit, "pinned": pin.commit if pin.commit != p.commit else None,
+            "taken": rows(p.values), "overrides": rows(p.overrides)}
+
+
+def has_plot(loaded: LoadedRecipe, bench: results.Measured | None) -> bool:
+    """Whether the page draws a bench plot: a recipe that publishes figures, or one whose run recorded some."""
+    return loaded.recipe.performance is not None or bool(bench and bench.entries)
 
 
 def current_image(loaded: LoadedRecipe, run: results.Measured | None = None) -> str:
@@ -183,7 +259,7 @@ def fix_rows(loaded: LoadedRecipe, written: set[str]) -> list[dict]:
 def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: set[str],
                 smoke: results.Measured | None, bench: results.Measured | None) -> str:
     r = loaded.recipe
-    here = {"smoke": current_image(loaded, smoke), "bench": current_image(loaded, bench)}
+    here = images_run(loaded, smoke, bench)
     children = [Child(c.recipe.title, c.recipe.adds or "", c.recipe.model.geometry == r.model.geometry)
                 for c in everything if c.recipe.extends == loaded.id and c.recipe.adds]
     parent = next((p for p in everything if p.id == r.extends), None)
@@ -197,9 +273,10 @@ def recipe_page(loaded: LoadedRecipe, everything: list[LoadedRecipe], written: s
         parsers=parsers(r.serve), parent=parent, children=children,
         docker_run=docker_run(loaded), env=settings.runtime_env(r), apply=apply,
         serve=continued(derive.serve_command(r), 3), buckets=r.buckets.summary or "",
-        fix_rows=fix_rows(loaded, written), checks=checks, scenarios=scenarios,
-        verified_note=run_note(smoke, loaded.hash, here["smoke"], "smoke", r.base),
-        bench_note=run_note(bench, loaded.hash, here["bench"], "bench", r.base), capacity=capacity(loaded))
+        fix_rows=fix_rows(loaded, written), checks=checks, scenarios=scenarios, provenance=provenance(loaded),
+        verified_note=run_note(smoke, loaded.hash, here["smoke"], "smoke", r.base, unpublished_note(loaded, "smoke")),
+        bench_note=run_note(bench, loaded.hash, here["bench"], "bench", r.base, unpublished_note(loaded, "bench")),
+        plot=has_plot(loaded, bench), capacity=capacity(loaded))
 
 
 CAPACITY = "capacity.json"  # beside recipe.yaml; written by invoke fixes.capacity (the capacity lab)
@@ -240,13 +317,13 @@ def measured_rows(loaded: LoadedRecipe, smoke: results.Measured | None, bench: r
     """The page's Verified and Performance rows: published figure against measured (`invoke chain`'s
     summary shows the same rows)."""
     r = loaded.recipe
-    here = here or {"smoke": current_image(loaded, smoke), "bench": current_image(loaded, bench)}
-    checks = measured.join([measured.Item(c.name, c.title, c.expect)
-                            for c in (r.verified.checks if r.verified else [])], smoke, here["smoke"],
-                           measured.smoke_value, base=r.base)
+    here = here or images_run(loaded, smoke, bench)
+    checks = measured.join(measured.items([measured.Item(c.name, c.title, c.expect)
+                                           for c in (r.verified.checks if r.verified else [])], smoke),
+                           smoke, here["smoke"], measured.smoke_value, base=r.base)
     expects = {s.name: s.expect for s in (r.performance.scenarios if r.performance else [])}
-    scenarios = measured.join([measured.Item(s.name, s.title, figure(s.expect))
-                               for s in (r.performance.scenarios if r.performance else [])],
+    scenarios = measured.join(measured.items([measured.Item(s.name, s.title, figure(s.expect))
+                                              for s in (r.performance.scenarios if r.performance else [])], bench),
                               bench, here["bench"], lambda e: figure(_figures(e["values"], expects.get(e["name"]))),
                               base=r.base)
     return checks, scenarios
@@ -269,20 +346,23 @@ def bench_svg(loaded: LoadedRecipe, bench: results.Measured | None) -> str:
     if bench is not None and measured.standing(bench, current_image(loaded, bench), loaded.recipe.base):
         bench = None
     rows = []
-    for s in loaded.recipe.performance.scenarios if loaded.recipe.performance else []:
-        entry = bench.entry(s.name) if bench else None
-        values = _figures(entry["values"], s.expect) if entry else s.expect
+    perf = loaded.recipe.performance
+    drawn = ([(s.name, s.title, s.expect) for s in perf.scenarios] if perf else
+             [(item.name, item.title, {}) for item in measured.items([], bench)])  # a run's own rows
+    for name, title, expect in drawn:
+        entry = bench.entry(name) if bench else None
+        values = _figures(entry["values"], expect) if entry else expect
         if "tokens_per_s" in values or "aggregate_tokens_per_s" in values:
             value = float(values.get("tokens_per_s", values.get("aggregate_tokens_per_s")))
-            rows.append((s.title, value, "tokens/s", f"{value:g} tokens/s"))
+            rows.append((title, value, "tokens/s", f"{value:g} tokens/s"))
         elif "seconds_to_answer" in values:
             v = values["seconds_to_answer"]
-            rows.append((s.title, float(v[-1] if isinstance(v, list) else v), "s",
+            rows.append((title, float(v[-1] if isinstance(v, list) else v), "s",
                          figure({"seconds_to_answer": v}).removesuffix(" to the answer")))
     width, bar_x, bar_w, row_h = 760, 330, 300, 26
     height = 40 + row_h * len(rows)
     source = (("latest bench run, on CPU" if bench.hardware == "cpu" else "latest bench run") if bench else
-              "published figures (no run of this image recorded)")
+              "published figures (no run of this image recorded)" if perf else "no run of this image recorded")
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
            'font-size="12">',
            f"<!-- {note([loaded.rel_path])} -->",
@@ -305,16 +385,58 @@ def _xml(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def index_page(everything: list[LoadedRecipe]) -> str:
-    lines = [f"<!-- {note(['recipes/'])} -->", "# Gaudi cookbook recipes", "",
+UNMEASURED = {"imported": "upstream defaults, not measured here", "published": "published figures, not measured here",
+              "none": "not measured here"}
+
+
+def figures_cell(loaded: LoadedRecipe, runs: dict[str, results.Measured | None]) -> str:
+    """What the index says of a recipe's figures: measured here (the kinds of run its page joins, each
+    marked where it is not a full run of the image the recipe builds now), else where its settings and
+    figures come from."""
+    r, said = loaded.recipe, []
+    for kind, run in runs.items():
+        if run is not None:
+            standing = measured.standing(run, current_image(loaded, run), r.base)
+            said.append(kind if standing is None else
+                        f"{kind} ({measured.OTHER_IMAGE if standing == measured.OTHER_IMAGE else measured.NOT_FULL})")
+    if said:
+        return "measured here: " + ", ".join(said)
+    return UNMEASURED["imported" if r.provenance else "published" if r.verified or r.performance else "none"]
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def index_page(everything: list[LoadedRecipe], runs: dict[str, dict[str, results.Measured | None]] | None = None
+               ) -> str:
+    """The recipes by family (model.family, else derived from the model id: `family`), each family's rows
+    by card count; `runs` (recipe id -> kind -> its latest run) says which have figures measured here."""
+    runs = runs or {}
+    families: dict[str, list[LoadedRecipe]] = {}
+    for loaded in everything:
+        families.setdefault(family(loaded.recipe.model), []).append(loaded)
+    measured_here = sum(1 for lr in everything if any(runs.get(lr.id, {}).values()))
+    lines = [f"<!-- {note(['recipes/', 'results/'])} -->", "# Gaudi cookbook recipes", "",
              "Each recipe is built into a checked image on the pinned vllm-gaudi release. "
              "See also the [index of fixes](../fixes.md).", "",
-             "| Recipe | Model | Hardware | Release | Opt-in fixes |", "|---|---|---|---|---|"]
-    for loaded in everything:
-        r = loaded.recipe
-        lines.append(f"| [{md_cell(r.title)}]({loaded.id}.md) | {md_cell(r.model.id)} | {hardware(r)} | "
-                     f"{r.base.vllm_gaudi.version} | {', '.join(f'`{n}`' for n in r.fixes.opt_in) or '-'} |")
-    return "\n".join(lines) + "\n"
+             f"{counted(len(everything), 'recipe')} in {counted(len(families), 'family', 'families')}, by family "
+             "and card count. *Figures* says "
+             "which have figures measured here, by this cookbook's smoke and bench runs of the recipe's image "
+             f"({measured_here} of {len(everything)}); a recipe imported from vllm-gaudi's defaults has none "
+             "until such a run.", ""]
+    for name in sorted(families, key=str.casefold):
+        lines += [f"## {md_text(name)}", "", "| Cards | Recipe | Model | Hardware | Release | Opt-in fixes | Figures |",
+                  "|---|---|---|---|---|---|---|"]
+        for loaded in sorted(families[name], key=lambda lr: (lr.recipe.hardware.cards, lr.recipe.hardware.accelerator,
+                                                             lr.id)):
+            r = loaded.recipe
+            lines.append(f"| {r.hardware.cards} | [{md_cell(r.title)}]({loaded.id}.md) | {md_cell(r.model.id)} | "
+                         f"{hardware(r)} | {r.base.vllm_gaudi.version} | "
+                         f"{', '.join(f'`{n}`' for n in r.fixes.opt_in) or '-'} | "
+                         f"{figures_cell(loaded, runs.get(loaded.id, {}))} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def fixes_page(everything: list[LoadedRecipe], written: set[str]) -> str:
@@ -373,13 +495,17 @@ def site_files() -> dict[Path, str]:
     everything = recipes.load_all()
     written = set(fixes.fix_names())
     # The recipes' index is their folder's index.md: the site's Recipes section opens on it.
-    files = {DOCS / "recipes" / "index.md": index_page(everything), DOCS / "fixes.md": fixes_page(everything, written)}
+    files = {DOCS / "fixes.md": fixes_page(everything, written)}
+    runs = {}
     for loaded in everything:
         smoke, bench = (results.load(loaded.id, kind, results.RESULTS) for kind in ("smoke", "bench"))
+        runs[loaded.id] = {"smoke": smoke, "bench": bench}
         for run in (smoke, bench):
             refuse_misplaced(loaded, run, results.path_for(loaded.id, run.kind, results.RESULTS) if run else None)
         files[DOCS / "recipes" / f"{loaded.id}.md"] = recipe_page(loaded, everything, written, smoke, bench)
-        files[DOCS / "recipes" / f"{loaded.id}-bench.svg"] = bench_svg(loaded, bench)
+        if has_plot(loaded, bench):
+            files[DOCS / "recipes" / f"{loaded.id}-bench.svg"] = bench_svg(loaded, bench)
+    files[DOCS / "recipes" / "index.md"] = index_page(everything, runs)
     return files
 
 

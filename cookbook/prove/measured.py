@@ -22,6 +22,7 @@ NOT_YET = "not measured yet"
 OTHER_IMAGE = "not measured on this image"
 NOT_RUN = "not run"
 NOT_FULL = "not a full run of this image"
+NONE_PUBLISHED = "none published"
 FULL_REPEATS = 3  # bench's default: a median of fewer is a quick look, not the recipe's figure
 
 
@@ -90,6 +91,15 @@ def standing(run: Measured, current_image: str, base) -> str | None:
     elif run.args:
         said.append("with vLLM flags added: " + " ".join(run.args))
     return "; ".join(said) or None
+
+
+def items(published: list[Item], run: Measured | None) -> list[Item]:
+    """The rows a table shows: the recipe's own, else (a recipe that publishes none, such as one imported
+    from upstream's defaults) the rows its latest run recorded, each with no published figure, so that a
+    run of this cookbook fills an empty table as it fills a published one."""
+    if published or run is None:
+        return published
+    return [Item(name, str(entry.get("title") or name), NONE_PUBLISHED) for name, entry in run.entries.items()]
 
 
 def join(items: list[Item], run: Measured | None, current_image: str,

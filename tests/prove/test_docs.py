@@ -16,7 +16,7 @@ from cookbook.host.paths import ROOT
 from cookbook.prove import docs, results
 from cookbook.recipe import recipes
 
-from ..conftest import unavailable
+from ..conftest import DELETE, unavailable, variant
 
 FACTS = yaml.safe_load((Path(__file__).parents[1] / "data" / "qwen3.5-27b-fp8-page-facts.yaml").read_text())
 REFERENCE = ROOT.parent / "shared" / "spec" / "qwen3.5-27b-fp8-recipe-page.md"
@@ -121,22 +121,27 @@ def base_doc() -> dict:
 REGISTRY_DIGEST = "sha256:" + "d1" * 32  # what the build records of a base pulled from the recipe's registry
 
 
-def measured_page(tmp_path, hardware="gaudi", content_hash=None, recipe_hash=None, base_labels=None, args=(),
-                  scale=1.0, repeats=3, base_digest=REGISTRY_DIGEST):
-    """The page built from the recipe and result files the writers wrote into a results folder."""
-    from cookbook.prove import results
-
-    loaded = recipes.load("qwen3.5-27b-fp8")
+def run_target(loaded, hardware="gaudi", content_hash=None, base_labels=None, args=(), base_digest=REGISTRY_DIGEST):
+    """The `target` a run of the image `invoke build` makes of `loaded` records (its labels as the build
+    sets them), unless told otherwise: another content hash, base labels, added flags."""
     base = {"cookbook.base.id": "sha256:" + "ef" * 32, "org.opencontainers.image.base.name": loaded.recipe.base.image,
             "org.opencontainers.image.base.digest": base_digest}
     built = docs.current_image(loaded, results.parse({**base_doc(), "target": {
         "base_id": base["cookbook.base.id"], "base_digest": base_digest}}, "smoke"))  # what `invoke build` labels
     labels = {"cookbook.content.hash": content_hash or built, **base, **(base_labels or {})}
     # the target as results.image_target records it (tests/prove/test_results.py pins that function)
-    target = {"image": "gaudi-cookbook/qwen3.5-27b-fp8:v0.26.0", "image_id": "sha256:" + "ab" * 32,
+    target = {"image": f"gaudi-cookbook/{loaded.id}:v0.26.0", "image_id": "sha256:" + "ab" * 32,
               "content_hash": labels["cookbook.content.hash"], "base_id": labels["cookbook.base.id"],
               "base_digest": labels["org.opencontainers.image.base.digest"],
               "base_name": labels["org.opencontainers.image.base.name"], "hardware": hardware, "args": list(args)}
+    return target
+
+
+def measured_page(tmp_path, hardware="gaudi", content_hash=None, recipe_hash=None, base_labels=None, args=(),
+                  scale=1.0, repeats=3, base_digest=REGISTRY_DIGEST):
+    """The page built from the recipe and result files the writers wrote into a results folder."""
+    loaded = recipes.load("qwen3.5-27b-fp8")
+    target = run_target(loaded, hardware, content_hash, base_labels, args, base_digest)
     write_smoke(tmp_path / loaded.id, target, [("known-answers", "passed", "8/8 (run)")], recipe_hash=recipe_hash)
     write_bench(tmp_path / loaded.id, target, {"one-stream-short": 51.25}, recipe_hash=recipe_hash, scale=scale,
                 repeats=repeats)
@@ -252,6 +257,206 @@ def test_no_run_yet_shows_the_published_figures():
     text = page()
     assert "| The same prompts, 32 in flight | 32/32 | not measured yet | - | - |" in text
     assert "No bench run of this recipe's image is recorded yet: Result is the published figure." in text
+
+
+# --- a recipe imported from upstream's defaults: provenance, a family, no Verified or Performance of its own --
+
+RELEASE_COMMIT = "b059f9c95d6a07f19eb00aa06d1ec8b87b296437"  # releases/v0.26.0.yaml's vllm_gaudi.commit
+PROVENANCE = {
+    "importer": "vllm-gaudi-defaults", "commit": RELEASE_COMMIT,
+    "values": {"serve.max_num_seqs": "settings_vllm.csv row 7 (meta-llama/Llama-3.1-70B-Instruct), column MAX_NUM_SEQS",
+               "serve.gpu_memory_utilization": "vllm_autocalc_rules.py calc_GPU_MEM_UTIL with HPU_MEM GAUDI3 = 128",
+               "env.VLLM_SKIP_WARMUP": "settings_vllm.csv row 7, column SKIP_WARMUP",
+               "serve.swap_space": "settings_vllm.csv row 7, column SWAP_SPACE"},
+    "overrides": {"serve.max_model_len": "the fix pack's RoPE tables are correct to 256K; upstream stops at 128K"}}
+IMPORTED = {"model.id": "meta-llama/Llama-3.1-70B-Instruct", "model.family": "Llama 3.1", "provenance": PROVENANCE,
+            "verified": DELETE, "performance": DELETE, "serve.tensor_parallel_size": 4,
+            "hardware": {"accelerator": "gaudi3", "cards": 4, "tensor_parallel": 4}, "title": "Llama-3.1-70B-Instruct"}
+
+
+@pytest.fixture
+def imported(recipe_tree):
+    """An imported recipe as `invoke recipes.import` writes one, in a temporary tree: changes on top of
+    IMPORTED make others (another card count, no family)."""
+    _, write = recipe_tree
+
+    def make(model="Llama-3.1-70B-Instruct-Gaudi3", **changes):
+        return recipes.load(str(write(variant({**IMPORTED, **changes}), "meta-llama", model)))
+
+    return make
+
+
+def imported_runs(tmp_path, loaded, **target):
+    """A smoke and a bench run of the imported recipe's image, written by the writers (smoke.write,
+    bench.write) and read back as the pages read them (results.load)."""
+    from cookbook.prove import bench, smoke
+
+    where = run_target(loaded, **target)
+    result = smoke.Result(loaded.id, loaded.hash, {"url": "http://127.0.0.1:8000", **where}, loaded.recipe.model.id,
+                          4096, 1.0, 0.01, 128, "2026-12-05T09:00:00Z")
+    result.rows = [{"name": "known-answers", "check": "known-answers", "title": "Known-answer prompts", "expect": "8/8",
+                    "status": "passed", "passed": True, "result": "8/8", "detail": [], "seconds": 0.1}]
+    smoke.write(result, tmp_path / loaded.id)
+    bench.write({"schema": bench.SCHEMA, "recipe": loaded.id, "recipe_hash": loaded.hash, "scale": 1.0, "repeats": 3,
+                 "target": {"url": "http://127.0.0.1:8000", **where}, "server": {}, "only": None,
+                 "date": "2026-12-05T09:30:00Z",
+                 "scenarios": [{"name": "one-stream", "title": "One stream, short prompt", "workload": {}, "runs": [],
+                                **bench.summarise([{"tokens_per_s": 51.25, "median_ttft_s": 0.2}], {})}]},
+                tmp_path / loaded.id)
+    return results.load(loaded.id, "smoke", tmp_path), results.load(loaded.id, "bench", tmp_path)
+
+
+UNMEASURED_CHECKS = ("This recipe publishes no checks: its settings are vllm-gaudi's defaults, which come with none. "
+                     "This table is empty until a run of this cookbook's smoke checks on 4x Gaudi 3 (TP 4) fills it: "
+                     "its file, `results/llama-3.1-70b-instruct-gaudi3/smoke.json` ([result files](../results.md)), "
+                     "is joined here by `invoke docs`.")
+EMPTY_TABLE = "| Check | Result | Measured | Date | Image |\n|---|---|---|---|---|\n\n\n## Performance"
+
+
+@pytest.mark.parametrize("case, changes, runs, present, absent", [
+    ("the hardware and where the settings come from", {}, False,
+     ["| Hardware | 4x Gaudi 3 (TP 4) |",
+      "| Settings | vllm-gaudi v0.26.0's defaults ([where each comes from]"
+      "(#where-these-settings-come-from)) |",
+      "## Where these settings come from\n\nImported by `invoke recipes.import` from vllm-gaudi v0.26.0's own serving "
+      f"defaults: its `.cd/` folder at commit `{RELEASE_COMMIT}`. They are upstream's settings",
+      "| `serve.max_num_seqs` | 32 | settings_vllm.csv row 7 (meta-llama/Llama-3.1-70B-Instruct), column "
+      "MAX_NUM_SEQS |",
+      "| `serve.gpu_memory_utilization` | 0.85 | vllm_autocalc_rules.py calc_GPU_MEM_UTIL with HPU_MEM GAUDI3 = 128 |",
+      "| `env.VLLM_SKIP_WARMUP` | true | settings_vllm.csv row 7, column SKIP_WARMUP |",
+      "| `serve.swap_space` | not in this recipe | settings_vllm.csv row 7, column SWAP_SPACE |",
+      "The cookbook sets these otherwise, on purpose:\n\n| Setting | Value | Why |\n|---|---|---|\n"
+      "| `serve.max_model_len` | 262144 | the fix pack's RoPE tables are correct to 256K; upstream stops at 128K |"],
+     ["not the commit this recipe's release pins", "overrides none"]),
+    ("a commit read that is not the release's is said; no override is said too",
+     {"provenance": {**PROVENANCE, "commit": "a" * 40, "overrides": {}}}, False,
+     [f"at commit `{'a' * 40}`, which is not the commit this recipe's release pins (`{RELEASE_COMMIT}`)",
+      "The cookbook overrides none of them."], ["| Why |"]),
+    ("Verified and Performance are there, empty until this cookbook's runs fill them", {}, False,
+     [f"## Verified\n\n{UNMEASURED_CHECKS}\n\n{EMPTY_TABLE}",
+      "This recipe publishes no figures: its settings are vllm-gaudi's defaults, which come with none. This table is "
+      "empty until a run of this cookbook's bench scenarios on 4x Gaudi 3 (TP 4) fills it",
+      "its file, `results/llama-3.1-70b-instruct-gaudi3/bench.json` ([result files](../results.md))",
+      "| Test | Result | Measured | Date | Image |\n|---|---|---|---|---|\n\n## Known issues"],
+     ["![Performance", "not measured yet", "No smoke run", "published figure"]),
+    ("a recipe without verified and performance that is not imported says no more than that", {"provenance": DELETE},
+     False, ["## Verified\n\nThis recipe publishes no checks. This table is empty until a run", "## Performance"],
+     ["## Where these settings come from", "| Settings |", "defaults"]),
+    ("the runs of this cookbook fill the tables, as for any recipe", {}, True,
+     ["| Known-answer prompts | none published | 8/8 | 2026-12-05T09:00:00Z | sha256:abababababab |",
+      "| One stream, short prompt | none published | 51.2 tokens/s | 2026-12-05T09:30:00Z | sha256:abababababab |",
+      "The recipe publishes none of these rows: they are the run's own, and Result says none published; Measured "
+      "is the latest smoke run, 2026-12-05T09:00:00Z, image `sha256:" + "ab" * 32 + "`, on a Gaudi.\n",
+      "Measured is the latest bench run, 2026-12-05T09:30:00Z",
+      "![Performance of Llama-3.1-70B-Instruct](llama-3.1-70b-instruct-gaudi3-bench.svg)",
+      "## Where these settings come from"],
+     ["publishes no checks:", "This table is empty", "not measured on this image"]),
+])
+def test_an_imported_recipe_page(tmp_path, imported, case, changes, runs, present, absent):
+    loaded = imported(**changes)
+    smoke, bench = imported_runs(tmp_path, loaded) if runs else (None, None)
+    text = docs.recipe_page(loaded, [loaded], set(), smoke, bench)
+    for words in present:
+        assert words in text, words
+    for words in absent:
+        assert words not in text, words
+
+
+def test_an_imported_recipes_plot_is_drawn_only_from_its_runs(tmp_path, imported):
+    """No figure published and no run: no plot file, none linked; a run of its image: its bars."""
+    loaded = imported()
+    assert not docs.has_plot(loaded, None)
+    smoke, bench = imported_runs(tmp_path, loaded)
+    assert docs.has_plot(loaded, bench)
+    svg = docs.bench_svg(loaded, bench)
+    assert "latest bench run</text>" in svg and "One stream, short prompt" in svg and "51.25 tokens/s" in svg
+    svg = docs.bench_svg(loaded, imported_runs(tmp_path / "other", loaded, content_hash="0" * 64)[1])
+    assert "no run of this image recorded" in svg and "51.25" not in svg
+
+
+@pytest.mark.parametrize("rid", ["qwen3.5-27b-fp8", "qwen3.6-27b-fp8"])
+def test_a_recipe_written_by_hand_says_nothing_of_provenance(rid):
+    text = page(rid)
+    assert "Where these settings come from" not in text and "| Settings |" not in text
+    assert "publishes no" not in text and "![Performance of" in text
+
+
+def test_an_imported_recipe_page_builds_into_the_site(tmp_path, imported):
+    """The site as `invoke docs --site` builds it (this checkout's mkdocs.yml and hook, --strict, anchors
+    validated) with an imported recipe's page added: the hook puts it in the nav, its link to its
+    provenance section resolves, and the index shows its family."""
+    import shutil
+    import subprocess
+    import sys
+
+    loaded = imported()
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    shutil.copy2(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    pages = tmp_path / "docs" / "recipes"
+    (pages / f"{loaded.id}.md").write_text(docs.recipe_page(loaded, [loaded], set(), None, None))
+    (pages / "index.md").write_text(docs.index_page([*recipes.load_all(), loaded]))
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(tmp_path / "mkdocs.yml"),
+                            "-d", str(tmp_path / "site")], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-1500:]
+    html = (tmp_path / "site" / "recipes" / f"{loaded.id}.html").read_text()
+    assert 'id="where-these-settings-come-from"' in html and 'href="#where-these-settings-come-from"' in html
+    assert "<code>serve.max_num_seqs</code>" in html and 'id="verified"' in html and 'id="performance"' in html
+    assert f'href="{loaded.id}.html"' in (tmp_path / "site" / "recipes" / "qwen3.5-27b-fp8.html").read_text()  # nav
+    assert 'id="llama-31"' in (tmp_path / "site" / "recipes" / "index.html").read_text()
+
+
+@pytest.mark.parametrize("model, family", [
+    ({"id": "Qwen/Qwen3.5-27B-FP8"}, "Qwen3.5"),
+    ({"id": "Qwen/Qwen3.6-27B-FP8"}, "Qwen3.6"),
+    ({"id": "meta-llama/Llama-3.1-8B-Instruct"}, "Llama 3.1"),
+    ({"id": "mistralai/Mixtral-8x7B-Instruct-v0.1"}, "Mixtral"),
+    ({"id": "Qwen/Qwen3-30B-A3B"}, "Qwen3"),
+    ({"id": "Qwen/Qwen2.5-VL-7B-Instruct"}, "Qwen2.5 VL"),
+    ({"id": "org/7B"}, "7B"),  # a name that is all size: the name
+    ({"id": "meta-llama/Llama-3.1-8B-Instruct", "family": "Llama 3.1 (Meta)"}, "Llama 3.1 (Meta)"),
+])
+def test_family(model, family):
+    from types import SimpleNamespace
+
+    assert docs.family(SimpleNamespace(**{"family": None, **model})) == family
+
+
+@pytest.mark.parametrize("key, value", [
+    ("serve.max_num_seqs", "32"), ("serve.enable_prefix_caching", "true"), ("env.PT_HPU_LAZY_MODE", "0"),
+    ("serve.limit_mm_per_prompt", '{"image": 16, "video": 0}'), ("serve.swap_space", "not in this recipe"),
+    ("model.id.deeper", "not in this recipe"),
+])
+def test_setting(key, value):
+    assert docs.setting(recipes.load("qwen3.5-27b-fp8").data, key) == value
+
+
+def test_the_index_groups_by_family_and_card_count_and_says_what_is_measured(tmp_path, imported):
+    """Families in order, each family's recipes by card count; a Qwen recipe's family from its model id;
+    per recipe whether its figures were measured here (and on which image) or are upstream's defaults."""
+    everything = recipes.load_all()
+    gaudi3, gaudi2 = imported(), imported("Llama-3.1-70B-Instruct-Gaudi2", **{
+        "hardware": {"accelerator": "gaudi2", "cards": 8, "tensor_parallel": 8}, "serve.tensor_parallel_size": 8})
+    small = imported("Llama-3.1-8B-Instruct-Gaudi3", **{"model.id": "meta-llama/Llama-3.1-8B-Instruct",
+                                                       "hardware": {"accelerator": "gaudi3", "cards": 1,
+                                                                    "tensor_parallel": 1},
+                                                       "serve.tensor_parallel_size": 1})
+    smoke, bench = imported_runs(tmp_path, gaudi3)
+    _, stale = imported_runs(tmp_path / "stale", gaudi2, content_hash="0" * 64)
+    text = docs.index_page([*everything, gaudi2, gaudi3, small], {
+        gaudi3.id: {"smoke": smoke, "bench": bench}, gaudi2.id: {"smoke": None, "bench": stale}})
+    assert "5 recipes in 3 families" in text and "(2 of 5)" in text
+    families = [line for line in text.splitlines() if line.startswith("## ")]
+    assert families == ["## Llama 3.1", "## Qwen3.5", "## Qwen3.6"]
+    llama = text.split("## Llama 3.1\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in llama.splitlines() if line.startswith("| [") or line[:3] in ("| 1", "| 4", "| 8")]
+    assert [row.split(" | ")[1].split("](")[1].split(".md")[0] for row in rows] == [small.id, gaudi3.id, gaudi2.id]
+    assert rows[0].startswith("| 1 |") and rows[0].endswith("| 1x Gaudi 3 (TP 1) | v0.26.0 | `gdn-prefix-cache` | "
+                                                            "upstream defaults, not measured here |")
+    assert rows[1].endswith("| measured here: smoke, bench |")
+    assert rows[2].startswith("| 8 |") and rows[2].endswith("| measured here: bench (not measured on this image) |")
+    qwen = next(line for line in text.split("## Qwen3.5\n", 1)[1].splitlines() if line.startswith("| 1 |"))
+    assert qwen.startswith("| 1 | [Qwen3.5-27B-FP8](qwen3.5-27b-fp8.md) |")
+    assert qwen.endswith("| published figures, not measured here |")
 
 
 @pytest.mark.parametrize("expect,words", [

@@ -76,6 +76,17 @@ def test_join(name, the_run, rows):
     assert measured.join(ITEMS, the_run, HERE, lambda e: e["result"], base=BASE) == rows
 
 
+@pytest.mark.parametrize("name, published, the_run, items", [
+    ("the recipe's own rows, whatever the run holds", ITEMS, run(names=("a", "z")), ITEMS),
+    ("none published, no run: an empty table", [], None, []),
+    ("none published (an imported recipe): the run's rows, titled by the run, no published figure", [],
+     Measured("smoke", "r", "0", DATE, entries={"k": {"name": "k", "title": "Known answers"}, "x": {"name": "x"}}),
+     [Item("k", "Known answers", measured.NONE_PUBLISHED), Item("x", "x", measured.NONE_PUBLISHED)]),
+])
+def test_items(name, published, the_run, items):
+    assert measured.items(published, the_run) == items
+
+
 def test_a_run_that_is_not_a_full_one_says_what_it_was():
     rows = measured.join(ITEMS, run(hardware=None, scale=0.01), HERE, lambda e: e["result"], base=BASE)
     assert rows == [
