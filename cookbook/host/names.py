@@ -32,6 +32,8 @@ class Label:
     CONTENT_HASH = "cookbook.content.hash"  # the build context's hash, added by the build
     BASE_ID = "cookbook.base.id"
     STANDIN = "cookbook.standin"
+    # The stand-in base's layout version (standin.LAYOUT): a base of an older layout is built again.
+    STANDIN_LAYOUT = "cookbook.standin.layout"
     # The build's own verdict ("false" on every stand-in and every image with an unwritten fix); publish
     # checks it on top of its own reasons, so an image a newer render refused is refused here too.
     PUBLISHABLE = "cookbook.publishable"

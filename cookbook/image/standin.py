@@ -8,15 +8,19 @@ install records. Images built on it are tagged and labelled `standin` and are ne
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
+from inimage import versions
+
 from ..host import engine, signals, upstream
 from ..host.errors import BuildError
-from ..host.names import IMAGE_REPO, PROJECT
-from ..host.paths import cache_dir
+from ..host.names import IMAGE_REPO, PROJECT, Label
+from ..host.paths import FIXES, cache_dir
 from ..host.progress import say
+from ..recipe import fixes
 from . import render
 
 SUITE = "bookworm"
@@ -25,6 +29,9 @@ SITE_PACKAGES = f"/usr/local/lib/python{PYTHON}/dist-packages"
 ROOTFS_IMAGE = f"{IMAGE_REPO}/standin-rootfs:{SUITE}"
 PACKAGES = ["python3", "git", "patch"]
 MIRROR = "http://deb.debian.org/debian"
+# The stand-in's layout: a base image labelled with another is built again. 2: records of the dists the
+# pack's fixes require (dependency_records).
+LAYOUT = 2
 
 
 def base_image(release: str) -> str:
@@ -146,29 +153,83 @@ def lay_site_packages(pins: upstream.Pins, site: Path) -> None:
     (site / f"vllm_gaudi-{version}.dist-info" / "entry_points.txt").write_text(ENTRY_POINTS)
 
 
-def stage_context(pins: upstream.Pins, dest: Path) -> None:
-    lay_site_packages(pins, dest / "site-packages")
+def vllm_requirement(metadata: str, dist: str) -> str:
+    """vLLM's own range for `dist` from its METADATA's Requires-Dist ("<1.0.0,>=0.2.1"), markers dropped; ""
+    when vLLM does not require it."""
+    for line in metadata.splitlines():
+        if line.startswith("Requires-Dist:"):
+            spec = line.split(":", 1)[1].split(";", 1)[0].strip()
+            name = re.match(r"[A-Za-z0-9_.-]+", spec)
+            if name and name.group(0).lower().replace("_", "-") == dist.lower().replace("_", "-"):
+                return spec[name.end():].strip().strip("()")
+    return ""
+
+
+def floor_version(ranges: list[str]) -> str | None:
+    """The lowest version every range accepts, among the versions their `>=` and `==` clauses name."""
+    named = [v for r in ranges if r for op, v in ((c.strip()[:2], c.strip()[2:]) for c in r.split(","))
+             if op in (">=", "==")]
+    ok = [v for v in named if all(not r or versions.in_range(v, r) for r in ranges)]
+    return min(ok, key=versions.version_key) if ok else None
+
+
+def dependency_records(dists: dict[str, list[str]], vllm_metadata: str, site: Path) -> dict[str, str]:
+    """What the pack's fixes require of the base beyond its two packages (xgrammar), recorded as installed at
+    the lowest version vLLM's own requirement and every fix's range accept. The stand-in holds no vLLM
+    dependency (no torch, nothing compiled), only the layout the applier checks: a build on the real base
+    checks the version that base has. Refused when no version fits them all."""
+    out = {}
+    for dist, ranges in sorted(dists.items()):
+        want = [vllm_requirement(vllm_metadata, dist), *ranges]
+        version = floor_version(want)
+        if version is None:
+            raise BuildError(f"no version of {dist} fits vLLM's {want[0] or 'none'} and the fixes' {ranges}")
+        dist_info(site, dist, version, dist)
+        out[dist] = version
+    return out
+
+
+def pack_dists(profile: str) -> dict[str, list[str]]:
+    """Each distribution the profile's written fixes require, with every range that asks for it: the
+    checkout's own pack (the release's), whatever pack COOKBOOK_FIXES_DIR points a build at."""
+    out: dict[str, list[str]] = {}
+    for name in fixes.load_profile(profile, FIXES).order:
+        if name in fixes.fix_names(FIXES):
+            for dist, range_ in fixes.load_fix(name, FIXES).dists.items():
+                out.setdefault(dist, []).append(range_)
+    return out
+
+
+def stage_context(pins: upstream.Pins, dest: Path, profile: str) -> None:
+    site = dest / "site-packages"
+    lay_site_packages(pins, site)
+    metadata = next(site.glob("vllm-*.dist-info/METADATA")).read_text()
+    records = dependency_records(pack_dists(profile), metadata, site)
     write_vllm_script(dest / "bin")  # it needs torch, which a stand-in lacks: there for the layout
     (dest / "Dockerfile").write_text(render.templates().get_template("standin.Dockerfile.j2").render(
         release=pins.vllm_gaudi_version, vllm_version=pins.vllm_version, gaudi_commit=pins.vllm_gaudi_commit,
-        rootfs_image=ROOTFS_IMAGE, site_packages=SITE_PACKAGES))
+        rootfs_image=ROOTFS_IMAGE, site_packages=SITE_PACKAGES, layout=LAYOUT, layout_label=Label.STANDIN_LAYOUT,
+        records=records))
 
 
-def ensure(pins: upstream.Pins, dry_run: bool = False, rebuild: bool = False) -> render.Base:
-    """The stand-in base image for a release, built if missing (a warm rerun takes seconds)."""
+def ensure(pins: upstream.Pins, profile: str, dry_run: bool = False, rebuild: bool = False) -> render.Base:
+    """The stand-in base image for a release, built if missing or of an older layout (a warm rerun takes
+    seconds)."""
     image = base_image(pins.vllm_gaudi_version)
     if not dry_run:
         upstream.require(pins)  # refuse early, naming the command that fills the cache
         engine.require_daemon()
         if not rebuild and engine.image_exists(image):
-            say(f"stand-in base: {image} is present")
-            return base(pins.vllm_gaudi_version)
+            if (engine.inspect(image)["Config"]["Labels"] or {}).get(Label.STANDIN_LAYOUT) == str(LAYOUT):
+                say(f"stand-in base: {image} is present")
+                return base(pins.vllm_gaudi_version)
+            say(f"stand-in base: {image} is of an older layout; building it again")
     ensure_rootfs_image(dry_run)
     if dry_run:
         print(f"stage site-packages from {upstream.root()} and docker build -t {image} <context>")
         return base(pins.vllm_gaudi_version)
     with tempfile.TemporaryDirectory(prefix="cookbook-standin.") as tmp:
-        stage_context(pins, Path(tmp))
+        stage_context(pins, Path(tmp), profile)
         say(f"stand-in base: building {image}")
         code, _ = engine.stream("build", "-t", image, tmp)
         if code != 0:

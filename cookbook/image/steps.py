@@ -122,7 +122,7 @@ def warn_moving_base(loaded: LoadedRecipe, base: render.Base) -> None:
 
 
 def ensure_standin(loaded: LoadedRecipe, dry_run: bool = False, rebuild: bool = False) -> render.Base:
-    return standin.ensure(loaded.release.pins(), dry_run=dry_run, rebuild=rebuild)
+    return standin.ensure(loaded.release.pins(), loaded.release.profile, dry_run=dry_run, rebuild=rebuild)
 
 
 def standin_task(ref: str, rebuild: bool = False, dry_run: bool = False) -> None:

@@ -43,6 +43,7 @@ from ..host.errors import CheckFailure, UsageError, printable
 from ..host.progress import say
 from ..recipe.recipes import LoadedRecipe
 from ..recipe.schema import Scenario
+from . import defaults
 from .openai_client import BadAnswer, Connections, Server, ServerError, check_url
 from .smoke import haystack
 
@@ -284,9 +285,7 @@ def summarise(runs: list[dict], expect: dict) -> dict:
 
 def check_request(loaded: LoadedRecipe, repeats: int, only) -> object:
     """The recipe's performance section, once a run's repeats and `only` are ones it can do."""
-    perf = loaded.recipe.performance
-    if perf is None or not perf.scenarios:
-        raise UsageError(f"recipe {loaded.id} has no performance.scenarios", where=str(loaded.path))
+    perf = defaults.performance(loaded)  # a recipe that publishes no scenarios runs the defaults
     if repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {repeats}")
     names = [s.name for s in perf.scenarios]
@@ -405,7 +404,7 @@ def write(doc: dict, out: Path) -> dict[str, Path]:
 def dry_run(loaded: LoadedRecipe, scale: float, repeats: int, only: list[str] | None) -> None:
     """What would run, sized for the recipe's own context (a live run sizes for the server's)."""
     context = loaded.recipe.serve.max_model_len
-    for s in loaded.recipe.performance.scenarios if loaded.recipe.performance else []:
+    for s in defaults.performance(loaded).scenarios:
         if only and s.name not in only:
             continue
         w = size(s, scale, context, loaded.recipe.serve.max_num_seqs)

@@ -136,16 +136,17 @@ def images_run(loaded: LoadedRecipe, smoke: results.Measured | None, bench: resu
 def unpublished_note(loaded: LoadedRecipe, what: str) -> str | None:
     """For a recipe that publishes no Verified (smoke) or Performance (bench) rows, such as one imported
     from upstream's defaults: the table is empty until this cookbook's own run on the recipe's hardware
-    fills it, and the file it fills it from. None for a recipe that publishes them. (Which command writes
-    that file is not said: smoke and bench refuse a recipe with no checks or scenarios of its own.)"""
+    fills it, the command that runs (with the suite's default checks or scenarios, cookbook/prove/defaults.py)
+    and the file it fills it from. None for a recipe that publishes them."""
     r = loaded.recipe
     if (r.verified if what == "smoke" else r.performance) is not None:
         return None
     rows, task = ("checks", "smoke checks") if what == "smoke" else ("figures", "bench scenarios")
     origin = ": its settings are vllm-gaudi's defaults, which come with none" if r.provenance else ""
     return (f"This recipe publishes no {rows}{origin}. This table is empty until a run of this cookbook's {task} on "
-            f"{hardware(r)} fills it: its file, `results/{loaded.id}/{what}.json` ([result files](../results.md)), "
-            "is joined here by `invoke docs`.")
+            f"{hardware(r)} fills it (`invoke chain --recipe {loaded.id}` on such a host runs the suite's default "
+            f"{task}, sized by this recipe): its file, `results/{loaded.id}/{what}.json` "
+            "([result files](../results.md)), is joined here by `invoke docs`.")
 
 
 # A model's words up to its size ("27B", "8x7B", "A3B"): its family, where a recipe names none.
@@ -191,7 +192,7 @@ def provenance(loaded: LoadedRecipe) -> dict | None:
         return [{"key": k, "value": setting(loaded.data, k), "said": v} for k, v in said.items()]
 
     return {"release": pin.version, "commit": p.commit, "pinned": pin.commit if pin.commit != p.commit else None,
-            "taken": rows(p.values), "overrides": rows(p.overrides)}
+            "taken": rows(p.sources), "overrides": rows(p.overrides)}
 
 
 def has_plot(loaded: LoadedRecipe, bench: results.Measured | None) -> bool:
@@ -451,9 +452,11 @@ def fixes_page(everything: list[LoadedRecipe], written: set[str]) -> str:
         profile = fixes.load_profile(name)
         lines += [f"## Profile {name}", "", "| # | Fix | What it mends | Kind | State | Upstream | Recipes |",
                   "|---|---|---|---|---|---|---|"]
+        on_profile = [lr for lr in everything if lr.recipe.fixes.profile == name]
         for i, fix in enumerate(profile.order, 1):
-            users = [f"[{lr.id}](recipes/{lr.id}.md)" for lr in everything
-                     if lr.recipe.fixes.profile == name and fix in lr.fixes]
+            users = [f"[{lr.id}](recipes/{lr.id}.md)" for lr in on_profile if fix in lr.fixes]
+            if len(users) == len(on_profile) > 3:  # a generic fix: forty links would say it less clearly
+                users = [f"every recipe on this profile ({len(users)}, [the index](recipes/index.md))"]
             kind = "opt-in" if fix in profile.opt_in else "generic"
             state = "written" if fix in written else "not written yet"
             spec = fixes.load_fix(fix) if fix in written else None

@@ -20,7 +20,7 @@ from inimage import fixplan, rules
 from ..host import grammar
 from ..host.errors import FixError, RecipeError, UsageError, where
 from ..host.paths import RECIPES, ROOT
-from . import derive, fixes, release, yamlsource
+from . import derive, fixes, hardware, release, yamlsource
 from .release import Release
 from .schema import Recipe
 from .yamlsource import KeyPath, Source, dotted
@@ -219,9 +219,9 @@ def validate(rid: str, path: Path, chain: tuple[Source, ...], data: dict) -> Loa
 def list_all(root: Path = RECIPES, as_json: bool = False, accelerator: str | None = None) -> None:
     """`invoke recipes`: one line each: id, model, hardware, release, opt-in fixes; `--json`: the ids alone, as
     a JSON list (a CI matrix reads it); `--accelerator`: only the recipes for that card type."""
-    known = ("gaudi2", "gaudi3", "cpu")
-    if accelerator is not None and accelerator not in known:
-        raise UsageError(f"--accelerator {accelerator!r} is not a card type recipes know", hint=f"one of {known}")
+    if accelerator is not None and accelerator not in hardware.ACCELERATORS:
+        raise UsageError(f"--accelerator {accelerator!r} is not a card type recipes know",
+                         hint="one of " + ", ".join(hardware.ACCELERATORS))
     chosen = [lo for lo in load_all(root) if accelerator in (None, lo.recipe.hardware.accelerator)]
     if as_json:
         print(json.dumps(sorted(lo.id for lo in chosen)))

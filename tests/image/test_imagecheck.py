@@ -252,3 +252,19 @@ def test_sigterm_to_invoke_test_leaves_no_container_child_or_temp_folder(testpac
         for cid in engine.docker("ps", "--all", "--quiet", "--filter", mine, "--filter",
                                  "label=cookbook.container=image-check").stdout.split():
             containers.remove(cid)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rid", sorted(recipes.known_ids()))
+def test_every_recipe_builds_on_the_standin_and_passes_its_checks(rid, made_images, upstream_cache):
+    """The whole catalogue, each recipe as `invoke build --standin` and `invoke test --standin` make and check
+    it, with the real fix pack: an imported recipe is buildable and checked as any other. Warm (the build
+    cache and the stand-in base kept between runs) a recipe costs its checks, about 5 s."""
+    from cookbook.image import steps
+
+    built = steps.build_recipe(rid, use_standin=True, repo=TEST_REPO)
+    made_images.extend(built.tags)
+    loaded = recipes.load(rid)
+    result = imagecheck.run(loaded, built.image_id, standin.base(loaded.recipe.base.vllm_gaudi.version))
+    assert result.passed, failed(result)
+    assert result.report["recipe"] == rid and result.report["image_id"] == built.image_id

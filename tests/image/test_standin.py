@@ -15,7 +15,7 @@ from ..conftest import unavailable
 def test_refuses_an_empty_cache_with_the_command(tmp_path, monkeypatch):
     monkeypatch.setenv("COOKBOOK_CACHE", str(tmp_path))
     with pytest.raises(UpstreamError) as err:
-        standin.ensure(upstream.Pins("v0.26.0", "b" * 40, "0.26.0"))
+        standin.ensure(upstream.Pins("v0.26.0", "b" * 40, "0.26.0"), "v0.26.0")
     assert "invoke upstream.fetch" in str(err.value)
 
 
@@ -23,6 +23,35 @@ def test_standin_images_say_so():
     base = standin.base("v0.26.0")
     assert base.standin and base.image == "gaudi-cookbook/standin-base:v0.26.0"
     assert base.site_packages == "/usr/local/lib/python3.11/dist-packages"
+
+
+METADATA = ("Name: vllm\nRequires-Dist: xgrammar<1.0.0,>=0.2.1; platform_machine == \"x86_64\"\n"
+            "Requires-Dist: llguidance<1.8.0,>=1.7.0\n")
+
+
+@pytest.mark.parametrize("dists, recorded", [
+    ({"xgrammar": [">=0.2.4,<1.0"]}, {"xgrammar": "0.2.4"}),           # the fix's floor is above vLLM's
+    ({"xgrammar": [">=0.1,<1.0"]}, {"xgrammar": "0.2.1"}),             # vLLM's floor is above the fix's
+    ({"llguidance": [">=1.7.2", "<1.7.9"]}, {"llguidance": "1.7.2"}),  # two fixes ask for one dist
+    ({"jinja2": [">=3.1"]}, {"jinja2": "3.1"}),                        # a dist vLLM does not require
+    ({}, {}),
+])
+def test_the_dists_the_fixes_require_are_recorded_at_the_lowest_version_all_accept(tmp_path, dists, recorded):
+    assert standin.dependency_records(dists, METADATA, tmp_path) == recorded
+    for dist, version in recorded.items():
+        meta = (tmp_path / f"{dist}-{version}.dist-info" / "METADATA").read_text()
+        assert f"Name: {dist}\nVersion: {version}\n" in meta
+
+
+def test_a_dist_no_version_fits_is_refused(tmp_path):
+    from cookbook.host.errors import BuildError
+
+    with pytest.raises(BuildError, match="no version of xgrammar fits"):
+        standin.dependency_records({"xgrammar": [">=1.2"]}, METADATA, tmp_path)
+
+
+def test_the_release_pack_asks_the_stand_in_for_xgrammar():
+    assert standin.pack_dists("v0.26.0") == {"xgrammar": [">=0.2.4,<1.0"]}
 
 
 def test_vllm_gaudi_version_file_as_setuptools_scm_writes_it():

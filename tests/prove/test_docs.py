@@ -264,10 +264,11 @@ def test_no_run_yet_shows_the_published_figures():
 RELEASE_COMMIT = "b059f9c95d6a07f19eb00aa06d1ec8b87b296437"  # releases/v0.26.0.yaml's vllm_gaudi.commit
 PROVENANCE = {
     "importer": "vllm-gaudi-defaults", "commit": RELEASE_COMMIT,
-    "values": {"serve.max_num_seqs": "settings_vllm.csv row 7 (meta-llama/Llama-3.1-70B-Instruct), column MAX_NUM_SEQS",
-               "serve.gpu_memory_utilization": "vllm_autocalc_rules.py calc_GPU_MEM_UTIL with HPU_MEM GAUDI3 = 128",
-               "env.VLLM_SKIP_WARMUP": "settings_vllm.csv row 7, column SKIP_WARMUP",
-               "serve.swap_space": "settings_vllm.csv row 7, column SWAP_SPACE"},
+    "sources": {
+        "serve.max_num_seqs": "settings_vllm.csv row 7 (meta-llama/Llama-3.1-70B-Instruct), column MAX_NUM_SEQS",
+        "serve.gpu_memory_utilization": "vllm_autocalc_rules.py calc_GPU_MEM_UTIL with HPU_MEM GAUDI3 = 128",
+        "env.VLLM_SKIP_WARMUP": "settings_vllm.csv row 7, column SKIP_WARMUP",
+        "serve.swap_space": "settings_vllm.csv row 7, column SWAP_SPACE"},
     "overrides": {"serve.max_model_len": "the fix pack's RoPE tables are correct to 256K; upstream stops at 128K"}}
 IMPORTED = {"model.id": "meta-llama/Llama-3.1-70B-Instruct", "model.family": "Llama 3.1", "provenance": PROVENANCE,
             "verified": DELETE, "performance": DELETE, "serve.tensor_parallel_size": 4,
@@ -307,9 +308,10 @@ def imported_runs(tmp_path, loaded, **target):
 
 
 UNMEASURED_CHECKS = ("This recipe publishes no checks: its settings are vllm-gaudi's defaults, which come with none. "
-                     "This table is empty until a run of this cookbook's smoke checks on 4x Gaudi 3 (TP 4) fills it: "
-                     "its file, `results/llama-3.1-70b-instruct-gaudi3/smoke.json` ([result files](../results.md)), "
-                     "is joined here by `invoke docs`.")
+                     "This table is empty until a run of this cookbook's smoke checks on 4x Gaudi 3 (TP 4) fills it "
+                     "(`invoke chain --recipe llama-3.1-70b-instruct-gaudi3` on such a host runs the suite's default "
+                     "smoke checks, sized by this recipe): its file, `results/llama-3.1-70b-instruct-gaudi3/smoke.json`"
+                     " ([result files](../results.md)), is joined here by `invoke docs`.")
 EMPTY_TABLE = "| Check | Result | Measured | Date | Image |\n|---|---|---|---|---|\n\n\n## Performance"
 
 
@@ -433,7 +435,7 @@ def test_setting(key, value):
 def test_the_index_groups_by_family_and_card_count_and_says_what_is_measured(tmp_path, imported):
     """Families in order, each family's recipes by card count; a Qwen recipe's family from its model id;
     per recipe whether its figures were measured here (and on which image) or are upstream's defaults."""
-    everything = recipes.load_all()
+    everything = [recipes.load("qwen3.5-27b-fp8"), recipes.load("qwen3.6-27b-fp8")]  # the hand-written ones
     gaudi3, gaudi2 = imported(), imported("Llama-3.1-70B-Instruct-Gaudi2", **{
         "hardware": {"accelerator": "gaudi2", "cards": 8, "tensor_parallel": 8}, "serve.tensor_parallel_size": 8})
     small = imported("Llama-3.1-8B-Instruct-Gaudi3", **{"model.id": "meta-llama/Llama-3.1-8B-Instruct",

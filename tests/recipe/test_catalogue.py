@@ -36,29 +36,29 @@ def test_a_column_with_a_float_or_an_empty_cell_is_all_floats():
 
 
 @pytest.fixture(scope="module")
-def made(upstream_cache):
+def imports(upstream_cache):
     return catalogue.make()
 
 
-def imported(made, rid: str) -> dict:
-    return yaml.safe_load(next(m.text for m in made.made if m.rid == rid))
+def imported(result, rid: str) -> dict:
+    return yaml.safe_load(next(m.text for m in result.made if m.rid == rid))
 
 
-def test_every_model_of_upstreams_table_on_each_card_that_its_autocalc_allows(made):
+def test_every_model_of_upstreams_table_on_each_card_that_its_autocalc_allows(imports):
     up = catalogue.read_upstream(recipes.load("qwen3.5-27b-fp8").release.vllm_gaudi.commit)
     models = {row["MODEL"] for _, row in up.rows}
-    assert len(models) == 20 and len(made.made) == 39  # 20 models x 2 cards, less one upstream refuses
-    assert "upstream's autocalc refuses it" in made.skipped["meta-llama/Llama-3.1-405B-Instruct on Gaudi 2"]
-    assert "756.0 GB of weights on 8 x 96 GB" in made.skipped["meta-llama/Llama-3.1-405B-Instruct on Gaudi 2"]
-    assert "no row in .cd/server/settings_vllm.csv" in made.skipped["meta-llama/Llama-3.2-11B-Vision-Instruct"]
+    assert len(models) == 20 and len(imports.made) == 39  # 20 models x 2 cards, less one upstream refuses
+    assert "upstream's autocalc refuses it" in imports.skipped["meta-llama/Llama-3.1-405B-Instruct on Gaudi 2"]
+    assert "756.0 GB of weights on 8 x 96 GB" in imports.skipped["meta-llama/Llama-3.1-405B-Instruct on Gaudi 2"]
+    assert "no row in .cd/server/settings_vllm.csv" in imports.skipped["meta-llama/Llama-3.2-11B-Vision-Instruct"]
 
 
-def test_a_recipe_carries_upstreams_values_and_names_each_ones_source(made):
+def test_a_recipe_carries_upstreams_values_and_names_each_ones_source(imports):
     """Llama 3.1 8B on one Gaudi 2, by hand from upstream's rules: 96 GB - 2 unavailable - 14.96 GB of
     weights = 79.04 GB usable; 1 - 9/79.04 -> utilization 0.88; a 4,352-token sequence's KV cache is
     2 x 4352 x 32 layers x 128 x 8 heads x 2 B = 0.53 GB; the graph reserve 0.04; so (79.04 x 0.88 x 0.96)
     / 0.53 = 125 sequences, rounded down to the decode step of 32: 96."""
-    r = imported(made, "llama-3.1-8b-instruct-gaudi2")
+    r = imported(imports, "llama-3.1-8b-instruct-gaudi2")
     assert r["serve"]["gpu_memory_utilization"] == 0.88 and r["serve"]["max_num_seqs"] == 96
     assert r["env"]["VLLM_GRAPH_RESERVED_MEM"] == "0.04"
     assert r["hardware"] == {"accelerator": "gaudi2", "cards": 1, "tensor_parallel": 1}
@@ -72,12 +72,12 @@ def test_a_recipe_carries_upstreams_values_and_names_each_ones_source(made):
     said = set(sources) | set(r["provenance"]["overrides"])
     for section in ("serve", "env", "hardware"):
         assert {f"{section}.{k}" for k in r[section]} <= said
-    g3 = imported(made, "llama-3.1-8b-instruct-gaudi3")
+    g3 = imported(imports, "llama-3.1-8b-instruct-gaudi3")
     assert g3["serve"]["max_num_seqs"] > r["serve"]["max_num_seqs"]  # 128 GB cards hold more sequences
-    multi = imported(made, "llama-3.1-70b-instruct-gaudi2")
+    multi = imported(imports, "llama-3.1-70b-instruct-gaudi2")
     assert multi["hardware"]["cards"] == multi["serve"]["tensor_parallel_size"] == 4
     assert multi["env"]["PT_HPU_ENABLE_LAZY_COLLECTIVES"] == "True"
-    assert imported(made, "qwen2.5-vl-7b-instruct-gaudi2")["model"]["modalities"] == ["text", "image"]
+    assert imported(imports, "qwen2.5-vl-7b-instruct-gaudi2")["model"]["modalities"] == ["text", "image"]
 
 
 def test_the_committed_recipes_are_what_the_importer_makes(upstream_cache):
