@@ -61,4 +61,4 @@ def test_the_values_never_change():
     assert (Label.RECIPE_HASH, Label.CONTENT_HASH, Label.STANDIN, Label.CONTAINER, Label.PUBLISHABLE) == (
         "cookbook.recipe.hash", "cookbook.content.hash", "cookbook.standin", "cookbook.container",
         "cookbook.publishable")
-    assert OCI.BASE_DIGEST == "org.opencontainers.image.base.digest" and len(KEYS) == 28
+    assert OCI.BASE_DIGEST == "org.opencontainers.image.base.digest" and len(KEYS) == 29

@@ -408,3 +408,16 @@ def test_a_four_card_entrypoint_refuses(tp4, tp4_context, args, env, said):
     assert out.returncode == 2 and said in out.stderr, out.stderr
     ok = entrypoint(tp4_context, "--cookbook-dry-run", "-tp", "4", env=image_env)
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("rid, cards", [("mixtral-8x7b-instruct-v0.1-gaudi2", 2),
+                                        ("llama-3.1-405b-instruct-gaudi3", 8)])
+def test_an_imported_multi_card_image_refuses_another_tensor_parallel_size(rid, cards):
+    """The guard on an imported recipe's image data: its own -tp runs, any other is refused by the rule."""
+    loaded = recipes.load(rid)
+    data = render.runtime_data(loaded)
+    env = {**loaded.recipe.env}
+    base = derive.serve_command(loaded.recipe)
+    assert runtime.check(data, base + ["-tp", str(cards)], env)[:2] == ([], [])
+    errors, found, _ = runtime.check(data, base + ["-tp", "1"], env)
+    assert errors == [] and [f.rule for f in found] == ["tensor-parallel-matches-hardware"]

@@ -518,3 +518,17 @@ def test_a_four_card_recipe_asks_for_four_cards_and_budgets_replicas(tmp_path, k
     off = (("PT_HPU_ENABLE_LAZY_COLLECTIVES", "false"),)  # lazy mode at tensor parallel 4: the image would refuse it
     with pytest.raises(UsageError, match="rule lazy-collectives-for-tensor-parallel"):
         k8s.render(loaded, facts, k8s.Options("r.example/x@sha256:" + "a" * 64, env=off, kserve=kserve))
+
+
+@pytest.mark.parametrize("rid, cards", [("mixtral-8x7b-instruct-v0.1-gaudi2", 2), ("llama-3.1-70b-instruct-gaudi3", 4),
+                                        ("llama-3.1-405b-instruct-gaudi3", 8)])
+def test_an_imported_multi_card_recipe_deploys_with_its_card_count(rid, cards):
+    """The catalogue's own multi-card recipes (tensor parallel 2, 4 and 8 from upstream's table): every card
+    of a replica in its one pod, the manifests valid, a budget for more than one replica."""
+    loaded = recipes.load(rid)
+    facts = k8s.ImageFacts({"cookbook.recipe": rid}, 8000, "/health", {}, 1800, 30, 10, 3)
+    objects = k8s.render(loaded, facts, k8s.Options("r.example/x@sha256:" + "a" * 64, replicas=2))
+    k8s.validate(objects)
+    (c,) = containers(objects)
+    assert c["resources"]["limits"] == {"habana.ai/gaudi": str(cards)}
+    assert objects["pdb.yaml"]["spec"]["maxUnavailable"] == 1
