@@ -199,8 +199,8 @@ class Unservable(CookbookError):
 
 
 def recipe_doc(up: Upstream, line: int, row: dict, card: str, facts: ModelFacts, rel: release.Release,
-               overrides: dict[str, Override]) -> tuple[str, dict]:
-    """(folder name, recipe document) for one CSV row on one card type."""
+               overrides: dict[str, Override]) -> tuple[str, tuple[str, dict]]:
+    """(folder name, (org, recipe document)) for one CSV row on one card type."""
     device = DEVICES[card]
     ctx: dict = {}
     try:
