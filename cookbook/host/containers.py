@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -62,9 +63,18 @@ def _quiet(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(args, -1, "", str(exc))
 
 
-def remove(cid: str) -> bool:
-    """`docker rm --force ID`; True when it was removed (False: it was gone already, or the engine failed)."""
-    return bool(cid) and _quiet("rm", "--force", cid).returncode == 0
+def remove(cid: str, attempts: int = 5) -> bool:
+    """`docker rm --force ID`; True when it was removed (False: it was gone already, or the engine failed).
+    The engine refuses a removal while it still starts the container (a client cut short by a signal leaves
+    the daemon starting it): such a refusal is tried again, a second apart."""
+    for attempt in range(attempts if cid else 0):
+        out = _quiet("rm", "--force", cid)
+        if out.returncode == 0:
+            return True
+        if "No such container" in out.stderr or attempt == attempts - 1:
+            return False
+        time.sleep(1)
+    return False
 
 
 def sweep(key: str, value: str) -> list[str]:

@@ -272,3 +272,28 @@ def test_the_sdks_errors_are_translated_the_same_way(raised, cls, code):
         with engine.sdk_errors("reading it", refused=CheckFailure):
             raise sdk_raised(raised)
     assert type(err.value) is cls and err.value.exit_code == code and err.value.what.startswith("reading it: ")
+
+
+@pytest.mark.parametrize("answers, removed, calls", [
+    ([(0, "")], True, 1),
+    ([(1, "Error response from daemon: cannot remove container: container is starting"), (0, "")], True, 2),
+    ([(1, "Error: No such container: abc")], False, 1),
+    ([(1, "Error response from daemon: conflict")] * 5, False, 5),
+])
+def test_a_removal_the_engine_refuses_while_it_starts_the_container_is_tried_again(monkeypatch, answers, removed,
+                                                                                   calls):
+    """A client cut short by a signal leaves the daemon starting its container, and a removal then may be
+    refused: it is tried again (the race itself cannot be made to happen on demand, so the engine's answers
+    stand in for it here)."""
+    said = iter(answers)
+    asked = []
+
+    def answer(*args, timeout=120):
+        asked.append(args)
+        code, err = next(said)
+        return subprocess.CompletedProcess(args, code, "", err)
+
+    monkeypatch.setattr(containers, "_quiet", answer)
+    monkeypatch.setattr(containers.time, "sleep", lambda s: None)
+    assert containers.remove("abc") is removed and len(asked) == calls
+    assert containers.remove("") is False
