@@ -16,17 +16,21 @@ STREAMS = 32  # the page's concurrency, capped by the recipe's max_num_seqs
 
 
 def context(r: Recipe) -> int:
+    """The context a recipe serves (and its smoke sizes were measured at): --max-model-len, else native."""
     return r.serve.max_model_len or r.model.native_context
 
 
+def streams(r: Recipe) -> int:
+    return min(STREAMS, r.serve.max_num_seqs or STREAMS)
+
+
 def checks(r: Recipe) -> list[Check]:
-    streams = min(STREAMS, r.serve.max_num_seqs or STREAMS)
-    ctx = context(r)
+    n, ctx = streams(r), context(r)
     out = [
         Check(name="known-answers", check="known-answers", title="Known-answer prompts, temperature 0",
               params={"prompts": 8, "temperature": 0}, expect="8/8"),
-        Check(name="known-answers-concurrent", check="known-answers", title=f"The same prompts, {streams} in flight",
-              params={"prompts": streams, "concurrency": streams, "temperature": 0}, expect=f"{streams}/{streams}"),
+        Check(name="known-answers-concurrent", check="known-answers", title=f"The same prompts, {n} in flight",
+              params={"prompts": n, "concurrency": n, "temperature": 0}, expect=f"{n}/{n}"),
         Check(name="top-logprobs", check="top-logprobs", title="`top_logprobs: 20`", params={"top_logprobs": 20},
               expect="20 entries on every token"),
         Check(name="prompt-logprobs", check="prompt-logprobs", title="`prompt_logprobs: 5`",
@@ -51,12 +55,12 @@ def checks(r: Recipe) -> list[Check]:
 
 
 def scenarios(r: Recipe) -> list[Scenario]:
-    streams = min(STREAMS, r.serve.max_num_seqs or STREAMS)
+    n = streams(r)
     return [
         Scenario(name="one-stream-short", title="One stream, short prompt, 256 tokens", streams=1, prompt="short",
                  max_tokens=256, expect={}),
-        Scenario(name=f"streams-{streams}-short", title=f"{streams} streams, short prompts, 256 tokens each",
-                 streams=streams, prompt="short", max_tokens=256, expect={}),
+        Scenario(name=f"streams-{n}-short", title=f"{n} streams, short prompts, 256 tokens each",
+                 streams=n, prompt="short", max_tokens=256, expect={}),
         Scenario(name="cold-half-context", title="Cold prompt of half the context (needle)", streams=1,
                  prompt="needle", prompt_tokens=context(r) // 2, expect={}),
     ]

@@ -27,7 +27,7 @@ from ..image.steps import moving_tag
 from ..recipe import derive, fixes, recipes
 from ..recipe.hardware import name as accelerator_name
 from ..recipe.recipes import LoadedRecipe
-from . import measured, results
+from . import defaults, measured, results
 
 DOCS = ROOT / "docs"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -41,7 +41,7 @@ def hardware(r) -> str:
 
 
 def context(r) -> str:
-    n = r.serve.max_model_len or r.model.native_context
+    n = defaults.context(r)
     return f"{n:,}" + (" (native)" if n == r.model.native_context else f" (native {r.model.native_context:,})")
 
 

@@ -101,7 +101,7 @@ def test_named_in_order(answer, good):
 
 
 def test_select_and_plan():
-    from cookbook.prove import smoke
+    from cookbook.prove import defaults, smoke
     from cookbook.recipe import recipes
 
     loaded = recipes.load("qwen3.5-27b-fp8")
@@ -111,7 +111,7 @@ def test_select_and_plan():
     with pytest.raises(UsageError, match="--only names no check"):
         smoke.select(checks, ["nope"])
     assert len(smoke.plan(loaded)) == len(checks)
-    assert smoke.recipe_block(loaded.recipe) == 896 and smoke.recipe_context(loaded.recipe) == 262144
+    assert smoke.recipe_block(loaded.recipe) == 896 and defaults.context(loaded.recipe) == 262144
 
 
 def test_every_check_of_every_recipe_exists():

@@ -11,7 +11,7 @@ task); one module per family of checks, each listed in registry.CHECKS.
 from .cli import against, task
 from .files import Result, write
 from .registry import check_names
-from .runner import chosen, plan, recipe_block, recipe_context, run, select
+from .runner import chosen, plan, recipe_block, run, select
 
-__all__ = ["Result", "against", "check_names", "chosen", "plan", "recipe_block", "recipe_context", "run", "select",
+__all__ = ["Result", "against", "check_names", "chosen", "plan", "recipe_block", "run", "select",
            "task", "write"]

@@ -19,11 +19,6 @@ from .files import Result, write
 Progress = Callable[[str], None]
 
 
-def recipe_context(recipe) -> int:
-    """The context the recipe's sizes were measured at."""
-    return recipe.serve.max_model_len or recipe.model.native_context
-
-
 def recipe_block(recipe) -> int:
     """The KV block cached tokens come in: the hybrid block where the recipe has one."""
     return recipe.model.hybrid_kv_block or recipe.serve.block_size or 16
@@ -74,7 +69,7 @@ def run(loaded, url: str, *, scale: float = 1.0, out_dir: Path, only=(), progres
     checks = chosen(loaded, only)
     server = Server.connect(url)
     rec = loaded.recipe
-    ctx = Context(server, sizing.factor(server.max_model_len, recipe_context(rec), scale), recipe_block(rec),
+    ctx = Context(server, sizing.factor(server.max_model_len, defaults.context(rec), scale), recipe_block(rec),
                   tuple(rec.model.modalities), rec.model.reasoning)
     say(f"{server.url}: {server.model}, context {server.max_model_len} tokens; sizes x{ctx.factor:.4g}, "
         f"block {ctx.block}, answer budget {ctx.budget} tokens")
