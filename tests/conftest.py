@@ -15,6 +15,8 @@ import yaml
 from cookbook.host.paths import FIXES, RECIPES, ROOT
 from cookbook.recipe import fixes
 
+from . import lab_prefetch
+
 REFERENCE = RECIPES / "Qwen" / "Qwen3.5-27B-FP8" / "recipe.yaml"
 DELETE = object()
 
@@ -28,6 +30,16 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    lab_prefetch.last_to_run(items)
+
+
+def pytest_collection_finish(session):
+    if lab_prefetch.wanted(session.items):
+        lab_prefetch.start(session.config)
+
+
+def pytest_sessionfinish(session):
+    lab_prefetch.stop()
 
 
 def reference_data() -> dict:

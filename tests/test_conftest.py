@@ -130,3 +130,25 @@ def test_every_test_that_starts_something_heavy_is_marked_slow():
                     and not _marked_slow(node) and (path.name, node.name) not in REFUSALS):
                 unmarked.append(f"{path.name}::{node.name} calls {sorted(calls & STARTERS)}")
     assert not unmarked, "\n".join(unmarked)
+
+
+class _Item:
+    def __init__(self, name: str, fixtures: tuple[str, ...] = (), quiet: bool = False):
+        self.name, self.fixturenames, self.quiet = name, fixtures, quiet
+
+    def get_closest_marker(self, name: str):
+        return name == "quiet" and self.quiet or None
+
+
+@pytest.mark.parametrize("items, order", [
+    ([_Item("a"), _Item("b")], ["a", "b"]),
+    ([_Item("lab", ("lab_report",)), _Item("a")], ["a", "lab"]),
+    ([_Item("timing", quiet=True), _Item("lab", ("tmp_path", "lab_report")), _Item("a"), _Item("b")],
+     ["a", "b", "lab", "timing"]),
+])
+def test_the_labs_readers_run_after_the_rest_and_the_quiet_tests_last(items, order):
+    from . import lab_prefetch
+
+    lab_prefetch.last_to_run(items)
+    assert [i.name for i in items] == order
+    assert lab_prefetch.wanted(items) == ("lab" in order)

@@ -493,11 +493,13 @@ LAB_WORKERS = 2
 
 def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: bool = False,
         profile_name: str | None = None, fixes_dir: Path | None = None, dry_run: bool = False,
-        alone: bool = False, base_files: dict[tuple[str, str], bytes] | None = None) -> Report | None:
+        alone: bool = False, base_files: dict[tuple[str, str], bytes] | None = None,
+        workers: int = LAB_WORKERS) -> Report | None:
     """`invoke fixes.lab`: both trees, the lab's tests on each (the pack's own modules too when no fix
     is named), with `alone` each fix's tests on a tree with that fix alone, and (optionally) upstream's
     unit tests that pass on the pristine release run on the patched one. With `base_files` (a base
-    image's target files, fixes.rebase) every lab process runs contained (`run_contained`)."""
+    image's target files, fixes.rebase) every lab process runs contained (`run_contained`). `workers`:
+    lab pytests at a time (each keeps about one core busy)."""
     profile_name = release.profile_or_default(profile_name)
     names = check_named(only, profile_name, fixes_dir) or written_fixes(profile_name, fixes_dir)
     modules = [m for n in names for m in modules_for(n, fixes_dir)] + ([] if only else pack_modules())
@@ -530,9 +532,9 @@ def lab(only: list[str] | None = None, keep: Path | None = None, with_upstream: 
         say(f"fix lab: {len(targets)} module(s) on the pristine and the patched tree"
             + (f", {len(fix_names)} fixes each alone on a pristine tree" if alone else "")
             + (", upstream's unit tests on the patched tree" if with_upstream else ""))
-        # Every run is a pytest process of its own: LAB_WORKERS at a time, the longest first.
+        # Every run is a pytest process of its own: `workers` at a time, the longest first.
         kinds = ("pristine", "patched")
-        with signals.pool(LAB_WORKERS) as pool:  # on an interrupt the queued runs are dropped
+        with signals.pool(workers) as pool:  # on an interrupt the queued runs are dropped
             tree_runs = [pool.submit(run, trees[kind], targets, contained=contained, fixes_dir=fixes_dir)
                          if targets else None
                          for kind in kinds]

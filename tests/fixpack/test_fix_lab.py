@@ -11,15 +11,16 @@ import pytest
 
 from cookbook.fixpack import fix_lab
 
-from .. import interrupts
+from .. import interrupts, lab_prefetch
 
 WRITTEN = fix_lab.written_fixes()
 VERDICTS = WRITTEN + ([fix_lab.PACK] if fix_lab.pack_modules() else [])
 
 
 @pytest.fixture(scope="session")
-def report(fix_lab_env, tmp_path_factory):
-    return fix_lab.lab(keep=tmp_path_factory.mktemp("lab"), with_upstream=True, alone=True)
+def lab_report(fix_lab_env, tmp_path_factory):
+    """The whole lab's report: started when collection ended (tests/lab_prefetch.py), waited for here."""
+    return lab_prefetch.result(tmp_path_factory)
 
 
 @pytest.mark.parametrize("module, fix", [
@@ -205,33 +206,33 @@ def test_keep_never_replaces_a_folder_the_lab_did_not_lay_out(tmp_path):
         fix_lab.lab(keep=tmp_path)
 
 
-def test_the_labs_own_modules_pass_on_both_trees(report):
+def test_the_labs_own_modules_pass_on_both_trees(lab_report):
     # test_lab.py (the release imports from the tree on CPU) and the design proofs that are no fix's
     # module (test_gdn_layout.py): they hold on the pristine and on the patched tree alike.
     own = sorted(p.name for p in fix_lab.LAB_TESTS.glob("test_*.py") if fix_lab.owner_of(p.name) is None)
     assert {"test_lab.py", "test_gdn_layout.py"} <= set(own)
-    pristine, patched = report.runs
+    pristine, patched = lab_report.runs
     for run in (pristine, patched):
         lab = {n: o for n, o in fix_lab.run(run.tree, own).outcomes.items()}
         assert lab and set(lab.values()) == {"passed"}, run.tree
 
 
-def test_the_patched_tree_is_the_pack_applied_by_apply_all(report):
-    pristine, patched = report.runs
+def test_the_patched_tree_is_the_pack_applied_by_apply_all(lab_report):
+    pristine, patched = lab_report.runs
     assert (pristine.tree / fix_lab.TREE_MARKER).is_file() and (patched.tree / fix_lab.TREE_MARKER).is_file()
     assert not (pristine.tree / "fix-record.json").exists()
     assert (patched.tree / "fix-record.json").is_file()
 
 
 @pytest.mark.parametrize("fix", VERDICTS)
-def test_each_fix_fails_on_the_pristine_tree_and_passes_on_the_patched_one(report, fix):
-    verdict = next(v for v in report.verdicts if v.fix == fix)
+def test_each_fix_fails_on_the_pristine_tree_and_passes_on_the_patched_one(lab_report, fix):
+    verdict = next(v for v in lab_report.verdicts if v.fix == fix)
     assert not verdict.problems, "\n".join(verdict.problems)
 
 
 @pytest.mark.parametrize("fix", WRITTEN)
-def test_each_fix_passes_alone_on_the_pristine_tree(report, fix):
-    alone = next(a for a in report.alone if a.fix == fix)
+def test_each_fix_passes_alone_on_the_pristine_tree(lab_report, fix):
+    alone = next(a for a in lab_report.alone if a.fix == fix)
     assert not alone.problems, "\n".join(alone.problems)
 
 
@@ -241,9 +242,9 @@ def test_each_fix_passes_alone_on_the_pristine_tree(report, fix):
 UPSTREAM_PASSED_AT_LEAST = 491
 
 
-def test_all_of_upstreams_unit_tests_pass_on_the_patched_tree_but_the_excluded(report):
-    outcomes = list(report.upstream.outcomes.values())
-    assert not report.upstream_broken, "\n".join(report.upstream_broken)
+def test_all_of_upstreams_unit_tests_pass_on_the_patched_tree_but_the_excluded(lab_report):
+    outcomes = list(lab_report.upstream.outcomes.values())
+    assert not lab_report.upstream_broken, "\n".join(lab_report.upstream_broken)
     assert outcomes.count("passed") >= UPSTREAM_PASSED_AT_LEAST, (
         f"{outcomes.count('passed')} upstream unit tests passed, {UPSTREAM_PASSED_AT_LEAST} expected")
 

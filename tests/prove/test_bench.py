@@ -323,6 +323,7 @@ AGREEMENT = {"streams": 1, "prompts": 2, "input_len": 1000, "output_len": 32, "b
 # Measured 2026-12-06 on the tiny server with the aiohttp client (cookbook / vLLM, pooled over the blocks):
 # output tokens/s 1.028, median TTFT 0.972 at a load average of 3 to 11; past 5% under a load of 16 and more,
 # as the earlier client was (docs/smoke-and-bench.md has the figures). About 70-190 s.
+@pytest.mark.quiet
 def test_bench_agrees_with_vllm_bench_serve(tiny_server):  # noqa: F811
     """Within 5% on output tokens/s (all output tokens over all benchmark durations) and median TTFT (over
     all requests), each side's figures as its own client measured them."""
