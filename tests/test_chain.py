@@ -597,7 +597,7 @@ def test_sigterm_in_a_step_cleans_up_and_writes_the_summary(cpu_recipe, made_ima
         made_images.extend(built_tags(out))
         assert proc.returncode == 1, stderr[-3000:]
         assert "Traceback" not in stderr
-        assert interrupts.processes_naming(str(tmp)) == {}
+        assert interrupts.left(str(tmp)) == {}
         assert sorted(p.name for p in tmp.iterdir()) == []
         left = engine.docker("ps", "--all", "--quiet", "--filter", f"label={imagecheck.RUN_LABEL}={run_id}")
         assert not run_id or left.stdout.split() == []

@@ -298,7 +298,7 @@ def test_an_interrupted_lab_leaves_no_pytest_running_and_no_tree(fix_lab_env, up
         interrupts.wait_for(lambda: len(pytests()) == 2, proc, 600, "two lab pytest processes")
         interrupts.interrupt(proc, sig, timeout=ENDS_WITHIN_S)
         assert proc.returncode == 1  # invoke's exit on KeyboardInterrupt
-        assert interrupts.processes_naming(str(tmp)) == {}
+        assert interrupts.left(str(tmp)) == {}
         assert sorted(p.name for p in tmp.iterdir()) == []
     finally:
         proc.kill()

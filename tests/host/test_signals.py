@@ -67,7 +67,7 @@ def test_an_interrupt_kills_the_childs_whole_group_from_any_thread(sig):
         stdout, stderr = interrupts.interrupt(proc, sig, timeout=20)
         assert proc.returncode == 1, stderr
         assert stdout.splitlines() == ["refused", "interrupted"]
-        assert interrupts.processes_naming(marker) == {}
+        assert interrupts.left(marker) == {}
     finally:
         proc.kill()
         interrupts.kill_left(marker)
@@ -91,7 +91,7 @@ def test_a_timeout_kills_the_whole_group():
         sleeper = f"{sys.executable} -c 'import time; time.sleep(300)' {marker}"
         signals.run(["sh", "-c", f"{sleeper}-grandchild & {sleeper}-child; wait"], timeout=1)
     try:
-        assert sleepers(marker) == set()
+        assert interrupts.left(marker) == {}
     finally:
         interrupts.kill_left(marker)
 

@@ -248,7 +248,7 @@ def test_sigterm_to_invoke_test_leaves_no_container_child_or_temp_folder(testpac
         assert "Traceback" not in stderr
         left = engine.docker("ps", "--all", "--quiet", "--filter", mine, "--filter", "label=cookbook.container")
         assert left.stdout.split() == []
-        assert interrupts.processes_naming(str(tmp)) == {}
+        assert interrupts.left(str(tmp)) == {}
         assert sorted(p.name for p in tmp.iterdir()) == []
     finally:
         proc.kill()

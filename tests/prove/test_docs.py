@@ -764,7 +764,7 @@ def test_an_interrupted_site_build_leaves_no_mkdocs_and_no_half_written_site(tmp
                             proc, 120, "mkdocs building")
         _, stderr = interrupts.interrupt(proc, getattr(signal, sig), timeout=60)
         assert proc.returncode == 1 and "Traceback" not in stderr, stderr[-2000:]
-        assert interrupts.processes_naming(str(parent)) == {}
+        assert interrupts.left(str(parent)) == {}
         assert list(parent.iterdir()) == []
     finally:
         proc.kill()
