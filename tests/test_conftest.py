@@ -152,3 +152,19 @@ def test_the_labs_readers_run_after_the_rest_and_the_quiet_tests_last(items, ord
     lab_prefetch.last_to_run(items)
     assert [i.name for i in items] == order
     assert lab_prefetch.wanted(items) == ("lab" in order)
+
+
+def test_a_lab_run_that_fails_is_said_by_its_reader(tmp_path, monkeypatch):
+    """The background run's own failure (here: a fixes folder with no profile) reaches the test that reads
+    it, with its reason, not as a missing file."""
+    from . import lab_prefetch
+
+    (tmp_path / "nofixes").mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.lab_prefetch", str(out)], cwd=ROOT,
+                            env={**os.environ, "COOKBOOK_FIXES_DIR": str(tmp_path / "nofixes")})
+    monkeypatch.setitem(lab_prefetch._started, "run", (proc, out))
+    with pytest.raises(pytest.fail.Exception, match="unknown fix profile"):
+        lab_prefetch.result(None)
+    assert proc.returncode == 1 and not (out / "report.pickle").exists()
