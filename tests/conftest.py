@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(items):
 
 def pytest_collection_finish(session):
     if lab_prefetch.wanted(session.items):
-        lab_prefetch.start(session.config)
+        lab_prefetch.start(session.config, session.items)
 
 
 def pytest_sessionfinish(session):

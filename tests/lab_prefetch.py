@@ -1,13 +1,14 @@
 """The fix lab's whole run for tests/fixpack/test_fix_lab.py (both trees, each fix alone, upstream's unit
 tests: about ten minutes of two busy cores, the suite's largest single cost) started in a process of its
-own as soon as the session's collection ends, on one core, while the rest of the suite runs on the other.
+own as soon as the session's collection ends, on one core while the rest of the suite runs on the other
+(on both when no other module's slow test was selected).
 The tests that read it are moved to the session's end (tests/conftest.py), where `lab_report` waits.
 
 A process, not a thread: the lab's pytest processes are registered with cookbook.host.signals, and a test
 of that module that raises SIGTERM in the session's process would kill them. The process ends its lab
 (its own SIGTERM handler kills the lab's process groups) when the session ends first or its parent dies.
 
-Run as `python -m tests.lab_prefetch OUT_DIR`: writes OUT_DIR/report.pickle (the fix_lab.Report), its
+Run as `python -m tests.lab_prefetch OUT_DIR WORKERS`: writes OUT_DIR/report.pickle (the fix_lab.Report), its
 progress to OUT_DIR/lab.log, and on a failure OUT_DIR/error.txt."""
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import pytest
 from cookbook.host.paths import ROOT
 
 FIXTURE = "lab_report"
-WORKERS = 1  # the other core runs the rest of the suite
 WAIT_S = 3600  # the lab's own bound on one pytest run
 _started: dict[str, tuple[subprocess.Popen, Path]] = {}
 
@@ -40,8 +40,12 @@ def lab(keep: Path, **workers):
     return fix_lab.lab(keep=keep, with_upstream=True, alone=True, **workers)
 
 
+def reads(item) -> bool:
+    return FIXTURE in getattr(item, "fixturenames", ())
+
+
 def wanted(items) -> bool:
-    return any(FIXTURE in getattr(item, "fixturenames", ()) for item in items)
+    return any(reads(item) for item in items)
 
 
 def available() -> bool:
@@ -65,18 +69,30 @@ def last_to_run(items: list) -> None:
     def rank(item) -> int:
         if item.get_closest_marker("quiet"):
             return 2
-        return 1 if FIXTURE in getattr(item, "fixturenames", ()) else 0
+        return 1 if reads(item) else 0
 
     items.sort(key=rank)
 
 
-def start(config) -> None:
-    """Start the run when this session will read it (not in an xdist worker: each would run its own)."""
-    if hasattr(config, "workerinput") or not available():
+def workers(items) -> int:
+    """One lab pytest at a time when slow tests of other modules run beside it (the other core is theirs),
+    else the lab's own number (test_fix_lab.py run alone)."""
+    from cookbook.fixpack import fix_lab
+
+    own = {item.path for item in items if reads(item)}
+    beside = any(item.get_closest_marker("slow") and item.path not in own for item in items)
+    return 1 if beside else fix_lab.LAB_WORKERS
+
+
+def start(config, items) -> None:
+    """Start the run when this session will read it (not in an xdist worker: each would run its own; not for
+    --collect-only, which reads nothing)."""
+    if hasattr(config, "workerinput") or config.option.collectonly or not available():
         return
     out = Path(tempfile.mkdtemp(prefix="cookbook-lab-prefetch."))
     log = (out / "lab.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "tests.lab_prefetch", str(out)], cwd=ROOT, stdout=log,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.lab_prefetch", str(out), str(workers(items))], cwd=ROOT,
+                            stdout=log,
                             stderr=subprocess.STDOUT, process_group=0)
     log.close()
     _started["run"] = (proc, out)
@@ -121,11 +137,11 @@ def _end_with_parent(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # the lab's handler, in the main thread, kills its pytests
 
 
-def main(out: Path) -> int:
+def main(out: Path, workers: int) -> int:
     threading.Thread(target=_end_with_parent, args=(os.getppid(),), daemon=True).start()
     (out / "lab").mkdir()
     try:
-        report = lab(out / "lab", workers=WORKERS)
+        report = lab(out / "lab", workers=workers)
     except BaseException:
         (out / "error.txt").write_text(traceback.format_exc())
         return 1
@@ -136,4 +152,4 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), int(sys.argv[2])))

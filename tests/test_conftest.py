@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -133,17 +134,20 @@ def test_every_test_that_starts_something_heavy_is_marked_slow():
 
 
 class _Item:
-    def __init__(self, name: str, fixtures: tuple[str, ...] = (), quiet: bool = False):
-        self.name, self.fixturenames, self.quiet = name, fixtures, quiet
+    """What lab_prefetch reads of a pytest item."""
+
+    def __init__(self, name: str, fixtures: tuple[str, ...] = (), marks: tuple[str, ...] = (),
+                 path: str = "tests/test_a.py"):
+        self.name, self.fixturenames, self.marks, self.path = name, fixtures, marks, Path(path)
 
     def get_closest_marker(self, name: str):
-        return name == "quiet" and self.quiet or None
+        return name if name in self.marks else None
 
 
 @pytest.mark.parametrize("items, order", [
     ([_Item("a"), _Item("b")], ["a", "b"]),
     ([_Item("lab", ("lab_report",)), _Item("a")], ["a", "lab"]),
-    ([_Item("timing", quiet=True), _Item("lab", ("tmp_path", "lab_report")), _Item("a"), _Item("b")],
+    ([_Item("timing", marks=("quiet",)), _Item("lab", ("tmp_path", "lab_report")), _Item("a"), _Item("b")],
      ["a", "b", "lab", "timing"]),
 ])
 def test_the_labs_readers_run_after_the_rest_and_the_quiet_tests_last(items, order):
@@ -154,6 +158,22 @@ def test_the_labs_readers_run_after_the_rest_and_the_quiet_tests_last(items, ord
     assert lab_prefetch.wanted(items) == ("lab" in order)
 
 
+LAB = "tests/fixpack/test_fix_lab.py"
+
+
+@pytest.mark.parametrize("items, workers", [
+    ([_Item("lab", ("lab_report",), path=LAB)], 2),
+    ([_Item("lab", ("lab_report",), path=LAB), _Item("quick"), _Item("slow", marks=("slow",), path=LAB)], 2),
+    ([_Item("lab", ("lab_report",), path=LAB), _Item("slow", marks=("slow",), path="tests/test_chain.py")], 1),
+])
+def test_the_lab_keeps_both_cores_unless_other_modules_slow_tests_run_beside_it(items, workers):
+    from cookbook.fixpack import fix_lab
+
+    from . import lab_prefetch
+
+    assert fix_lab.LAB_WORKERS == 2 and lab_prefetch.workers(items) == workers
+
+
 def test_a_lab_run_that_fails_is_said_by_its_reader(tmp_path, monkeypatch):
     """The background run's own failure (here: a fixes folder with no profile) reaches the test that reads
     it, with its reason, not as a missing file."""
@@ -162,7 +182,7 @@ def test_a_lab_run_that_fails_is_said_by_its_reader(tmp_path, monkeypatch):
     (tmp_path / "nofixes").mkdir()
     out = tmp_path / "out"
     out.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.lab_prefetch", str(out)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.lab_prefetch", str(out), "1"], cwd=ROOT,
                             env={**os.environ, "COOKBOOK_FIXES_DIR": str(tmp_path / "nofixes")})
     monkeypatch.setitem(lab_prefetch._started, "run", (proc, out))
     with pytest.raises(pytest.fail.Exception, match="unknown fix profile"):
