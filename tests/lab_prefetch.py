@@ -1,15 +1,15 @@
 """The fix lab's whole run for tests/fixpack/test_fix_lab.py (both trees, each fix alone, upstream's unit
 tests: about ten minutes of two busy cores, the suite's largest single cost) started in a process of its
 own as soon as the session's collection ends, on one core while the rest of the suite runs on the other
-(on both when no other module's slow test was selected).
-The tests that read it are moved to the session's end (tests/conftest.py), where `lab_report` waits.
+(on both when no other module's slow test was selected). The tests that read it are moved to the
+session's end (tests/conftest.py), where `lab_report` waits.
 
 A process, not a thread: the lab's pytest processes are registered with cookbook.host.signals, and a test
 of that module that raises SIGTERM in the session's process would kill them. The process ends its lab
 (its own SIGTERM handler kills the lab's process groups) when the session ends first or its parent dies.
 
-Run as `python -m tests.lab_prefetch OUT_DIR WORKERS`: writes OUT_DIR/report.pickle (the fix_lab.Report), its
-progress to OUT_DIR/lab.log, and on a failure OUT_DIR/error.txt."""
+Run as `python -m tests.lab_prefetch OUT_DIR WORKERS`: writes OUT_DIR/report.pickle (the fix_lab.Report),
+its progress to OUT_DIR/lab.log, and on a failure OUT_DIR/error.txt."""
 
 from __future__ import annotations
 
