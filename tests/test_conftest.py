@@ -13,6 +13,7 @@ import pytest
 from cookbook.host import engine
 from cookbook.host.paths import ROOT
 
+from . import interrupts
 from .conftest import TEST_REPO
 
 PROBE = '''
@@ -188,3 +189,24 @@ def test_a_lab_run_that_fails_is_said_by_its_reader(tmp_path, monkeypatch):
     with pytest.raises(pytest.fail.Exception, match="unknown fix profile"):
         lab_prefetch.result(None)
     assert proc.returncode == 1 and not (out / "report.pickle").exists()
+
+
+def test_a_background_lab_ends_with_the_session_that_started_it(fix_lab_env, tmp_path):
+    """The session's process killed outright (no sessionfinish to end the run): the background lab sees
+    its parent gone and ends, its lab pytests with it. Everything it starts names `tmp` (its TMPDIR)."""
+    tmp = tmp_path / "tmp"
+    (tmp / "out").mkdir(parents=True)
+    session = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
+         "'tests.lab_prefetch', sys.argv[1], '1']); time.sleep(600)", str(tmp / "out")],
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        interrupts.wait_for(lambda: any(" -m pytest " in c for c in interrupts.processes_naming(str(tmp)).values()),
+                            session, 300, "a lab pytest")
+        session.kill()
+        session.wait()
+        assert interrupts.left(str(tmp), within_s=30) == {}
+        assert "KeyboardInterrupt" in (tmp / "out" / "error.txt").read_text()
+    finally:
+        session.kill()
+        interrupts.kill_left(str(tmp))
